@@ -1,0 +1,155 @@
+//! `out [m, n] = x [m, k] · wᵀ` for a row-major linear weight `w [n, k]`.
+//! Few rows (decode) are bound by reading `w`: each weight row is streamed once and dotted with
+//! every input row while it sits in L1. Many rows (prefill) go to the `gemm` crate.
+
+use rayon::prelude::*;
+
+/// Up to this many rows use the streaming path; above it GEMM's blocking wins.
+const SMALL_M: usize = 8;
+
+pub fn matmul(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    debug_assert_eq!(x.len(), m * k);
+    debug_assert_eq!(w.len(), n * k);
+    let mut out = vec![0f32; m * n];
+    if m == 0 || n == 0 {
+        return out;
+    }
+    if m <= SMALL_M {
+        matmul_small_m(x, w, m, k, n, &mut out);
+    } else {
+        // SAFETY: `out` is m×n row-major (row stride n, column stride 1); `x` is m×k row-major;
+        // `w` is n×k row-major, read as the k×n right-hand side with row stride 1 and column
+        // stride k. All three slices have exactly those sizes (checked above / allocated here)
+        // and `out` does not alias the inputs.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                out.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                x.as_ptr(),
+                1,
+                k as isize,
+                w.as_ptr(),
+                k as isize,
+                1,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(rayon::current_num_threads()),
+            );
+        }
+    }
+    out
+}
+
+fn matmul_small_m(x: &[f32], w: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
+    // Output columns are split among threads; each task computes `cols` columns for all rows.
+    let cols = (n / (rayon::current_num_threads() * 8)).clamp(16, 512);
+    let mut col_blocks: Vec<(usize, Vec<f32>)> = (0..n)
+        .step_by(cols)
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|c0| {
+            let c1 = (c0 + cols).min(n);
+            let mut part = vec![0f32; m * (c1 - c0)];
+            for (j, wrow) in w[c0 * k..c1 * k].chunks_exact(k).enumerate() {
+                for (i, xrow) in x.chunks_exact(k).enumerate() {
+                    part[i * (c1 - c0) + j] = dot(xrow, wrow);
+                }
+            }
+            (c0, part)
+        })
+        .collect();
+    for (c0, part) in col_blocks.drain(..) {
+        let width = part.len() / m;
+        for i in 0..m {
+            out[i * n + c0..i * n + c0 + width].copy_from_slice(&part[i * width..(i + 1) * width]);
+        }
+    }
+}
+
+/// Dot product with runtime dispatch to AVX2/AVX-512 where the CPU has them.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { dot_avx512(a, b) };
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            return unsafe { dot_avx2(a, b) };
+        }
+    }
+    dot_portable(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
+    dot_portable(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_portable(a, b)
+}
+
+/// 32 independent lanes let the compiler vectorize without reassociating a single sum.
+#[inline(always)]
+fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 32;
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        sum += x * y;
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn naive(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut out = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k)
+                    .map(|p| x[i * k + p] as f64 * w[j * k + p] as f64)
+                    .sum();
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn matches_float64_reference(m in 1usize..20, k in 1usize..90, n in 1usize..70, seed in 0u64..1000) {
+            let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let mut rnd = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5 };
+            let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+            let got = matmul(&x, &w, m, k, n);
+            for (g, r) in got.iter().zip(naive(&x, &w, m, k, n)) {
+                prop_assert!((*g as f64 - r).abs() <= 1e-5 * (1.0 + r.abs()), "{g} vs {r}");
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The op-level backend trait. The Llama forward (`model::llama`) is written once against it;
+//! the CPU, wgpu and CUDA backends implement it. Ops may enqueue work; `to_host` is the sync
+//! point. Batch metadata is passed explicitly (uploaded once per step as `Self::Batch`).
+
+use crate::batch::BatchInput;
+use crate::config::RopeStyle;
+use crate::error::Result;
+use crate::weights::HostTensor;
+
+/// A tensor living in the backend's memory.
+pub trait DeviceTensor {
+    /// Row-major shape.
+    fn shape(&self) -> &[usize];
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheSpec {
+    pub num_layers: usize,
+    pub num_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl KvCacheSpec {
+    /// Bytes one block takes across all layers, K and V, at `bytes_per_elem`.
+    pub fn bytes_per_block(&self, bytes_per_elem: usize) -> usize {
+        2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * bytes_per_elem
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionParams {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    /// Softmax scale, usually `1/sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+pub trait Backend {
+    type Tensor: DeviceTensor;
+    /// Per-step batch metadata in device memory.
+    type Batch;
+    /// The paged KV cache of every layer (the layout is the backend's choice).
+    type KvCache;
+
+    /// Names the backend and device in logs (e.g. "cpu (2 threads)").
+    fn name(&self) -> String;
+
+    /// Copies a host tensor (weights, tables) into backend memory.
+    fn upload(&self, tensor: &HostTensor) -> Result<Self::Tensor>;
+    fn upload_batch(&self, batch: &BatchInput) -> Result<Self::Batch>;
+    fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<Self::KvCache>;
+    /// Reads a tensor back; waits for all enqueued work that produces it.
+    fn to_host(&self, tensor: &Self::Tensor) -> Result<HostTensor>;
+
+    /// `out[t] = table[token_ids[t]]`: `[num_tokens, hidden]`.
+    fn embedding(&self, table: &Self::Tensor, batch: &Self::Batch) -> Result<Self::Tensor>;
+    /// Row-wise `x / rms(x) * weight`.
+    fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
+    /// `x [m, k] · wᵀ` for a linear weight `w [n, k]`: `[m, n]`.
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `x[r] += bias` for every row.
+    fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Tensor) -> Result<()>;
+    /// `x += y` (residual connection).
+    fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// `silu(gate) * up`.
+    fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// Rotates `x [num_tokens, n_heads * head_dim]` in place at the batch positions, with the
+    /// `[max_len, head_dim]` cos/sin table of `ModelConfig::rope_cos_sin`.
+    fn rope(
+        &self,
+        x: &mut Self::Tensor,
+        batch: &Self::Batch,
+        cos_sin: &Self::Tensor,
+        head_dim: usize,
+        style: RopeStyle,
+    ) -> Result<()>;
+    /// Stores this step's K and V `[num_tokens, kv_heads * head_dim]` at the batch slot mapping.
+    fn write_kv(
+        &self,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        batch: &Self::Batch,
+    ) -> Result<()>;
+    /// Causal attention of `q [num_tokens, heads * head_dim]` over each sequence's cached K/V,
+    /// read through its block table: a query at position p sees keys 0..=p. Prefill chunks and
+    /// decode tokens mix freely in one batch.
+    fn paged_attention(
+        &self,
+        q: &Self::Tensor,
+        cache: &Self::KvCache,
+        layer: usize,
+        batch: &Self::Batch,
+        params: &AttentionParams,
+    ) -> Result<Self::Tensor>;
+    /// Rows of `x` listed in the batch's `logits_indices`.
+    fn gather_logit_rows(&self, x: &Self::Tensor, batch: &Self::Batch) -> Result<Self::Tensor>;
+}

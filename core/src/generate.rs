@@ -1,0 +1,159 @@
+//! Single-sequence generation over the paged KV cache: chunked prefill, then one token per
+//! step, streaming text as it completes. (The continuous-batching engine builds on the same
+//! forward and batch metadata.)
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::batch::{BatchInput, SequenceChunk};
+use crate::error::{InferError, Result};
+use crate::kv_cache::BlockAllocator;
+use crate::model::LlamaModel;
+use crate::sampler::Sampler;
+use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
+
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+#[derive(Debug, Clone)]
+pub struct GenerationParams {
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    pub temperature: f32,
+    pub seed: Option<u64>,
+    /// Generation stops after any of these (the model's EOS ids, usually).
+    pub stop_token_ids: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    Stop,
+    Length,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerationOutput {
+    pub prompt_token_ids: Vec<u32>,
+    /// Generated ids, the stop token included.
+    pub token_ids: Vec<u32>,
+    /// Generated text, special tokens skipped.
+    pub text: String,
+    pub finish_reason: FinishReason,
+    /// Prompt processing up to the first sampled token.
+    pub prefill_time: Duration,
+    /// Everything after the first token.
+    pub decode_time: Duration,
+}
+
+impl GenerationOutput {
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        self.prompt_token_ids.len() as f64 / self.prefill_time.as_secs_f64().max(1e-9)
+    }
+
+    /// Tokens after the first, which comes out of the prefill step.
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        self.token_ids.len().saturating_sub(1) as f64 / self.decode_time.as_secs_f64().max(1e-9)
+    }
+}
+
+pub struct Generator<'a, B: Backend> {
+    pub backend: &'a B,
+    pub model: &'a LlamaModel<B>,
+    pub tokenizer: &'a Tokenizer,
+    pub block_size: usize,
+    /// Prompt tokens per prefill step (bounds activation memory for long prompts).
+    pub prefill_chunk: usize,
+}
+
+impl<'a, B: Backend> Generator<'a, B> {
+    pub fn new(backend: &'a B, model: &'a LlamaModel<B>, tokenizer: &'a Tokenizer) -> Self {
+        Generator {
+            backend,
+            model,
+            tokenizer,
+            block_size: DEFAULT_BLOCK_SIZE,
+            prefill_chunk: 512,
+        }
+    }
+
+    /// Generates from `prompt`, calling `on_text` with each newly completed piece of text.
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        params: &GenerationParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<GenerationOutput> {
+        let max_len = self.model.max_model_len();
+        if prompt.is_empty() {
+            return Err(InferError::EmptyPrompt);
+        }
+        if prompt.len() >= max_len {
+            return Err(InferError::PromptTooLong {
+                prompt_tokens: prompt.len(),
+                max_model_len: max_len,
+            });
+        }
+        if params.max_tokens == 0 {
+            return Err(InferError::invalid("max_tokens", "must be at least 1"));
+        }
+        let mut sampler = Sampler::new(params.temperature, params.seed)?;
+        // The cache holds at most the prompt plus every token but the last sampled one.
+        let capacity = (prompt.len() + params.max_tokens).min(max_len);
+        let num_blocks = capacity.div_ceil(self.block_size);
+        let mut kv = self
+            .backend
+            .alloc_kv_cache(&self.model.kv_cache_spec(num_blocks, self.block_size))?;
+        let mut blocks = BlockAllocator::new(num_blocks, self.block_size);
+        let mut table = Vec::new();
+
+        let start = Instant::now();
+        let mut tokens = prompt.to_vec();
+        let mut computed = 0;
+        let mut detok = IncrementalDetokenizer::new(prompt, true);
+        let mut first_token_at = None;
+        let finish_reason = loop {
+            // Prefill in chunks, then one token at a time.
+            let end = (computed + self.prefill_chunk).min(tokens.len());
+            let is_last_chunk = end == tokens.len();
+            blocks.ensure_capacity(&mut table, end)?;
+            let batch = BatchInput::build(
+                &[SequenceChunk {
+                    tokens: &tokens[computed..end],
+                    num_computed: computed,
+                    block_table: &table,
+                    want_logits: is_last_chunk,
+                }],
+                self.block_size,
+            )?;
+            let logits = self.model.forward(self.backend, &batch, &mut kv)?;
+            computed = end;
+            if !is_last_chunk {
+                continue;
+            }
+            let logits = self.backend.to_host(&logits)?;
+            let next = sampler.sample(&logits.data);
+            first_token_at.get_or_insert_with(Instant::now);
+            tokens.push(next);
+            let generated = tokens.len() - prompt.len();
+            if params.stop_token_ids.contains(&next) {
+                break FinishReason::Stop;
+            }
+            on_text(&detok.push(self.tokenizer, next)?);
+            if generated >= params.max_tokens || tokens.len() >= max_len {
+                break FinishReason::Length;
+            }
+        };
+        let first = first_token_at.unwrap_or(start);
+        let token_ids = tokens[prompt.len()..].to_vec();
+        Ok(GenerationOutput {
+            text: self.tokenizer.decode(&token_ids, true)?,
+            prompt_token_ids: prompt.to_vec(),
+            token_ids,
+            finish_reason,
+            prefill_time: first - start,
+            decode_time: first.elapsed(),
+        })
+    }
+}

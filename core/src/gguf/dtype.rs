@@ -1,0 +1,144 @@
+//! GGML tensor types we can load, their block layouts, and dequantization to f32.
+//! Layouts follow ggml-common.h: each block packs 32 weights with f16 scale (and min).
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    BF16,
+}
+
+const QK: usize = 32;
+
+impl GgmlType {
+    pub fn from_id(id: u32) -> Option<Self> {
+        Some(match id {
+            0 => GgmlType::F32,
+            1 => GgmlType::F16,
+            2 => GgmlType::Q4_0,
+            3 => GgmlType::Q4_1,
+            8 => GgmlType::Q8_0,
+            30 => GgmlType::BF16,
+            _ => return None,
+        })
+    }
+
+    /// (elements per block, bytes per block)
+    fn block(self) -> (usize, usize) {
+        match self {
+            GgmlType::F32 => (1, 4),
+            GgmlType::F16 | GgmlType::BF16 => (1, 2),
+            GgmlType::Q4_0 => (QK, 2 + QK / 2),
+            GgmlType::Q4_1 => (QK, 4 + QK / 2),
+            GgmlType::Q8_0 => (QK, 2 + QK),
+        }
+    }
+
+    /// Bytes of a tensor of `n_elems` whose rows have `row_len` elements; `None` when rows do not
+    /// split into whole blocks.
+    pub fn num_bytes(self, n_elems: usize, row_len: usize) -> Option<usize> {
+        let (per_block, bytes) = self.block();
+        if row_len % per_block != 0 {
+            return None;
+        }
+        (n_elems / per_block).checked_mul(bytes)
+    }
+
+    /// Dequantizes `raw` (exactly `num_bytes` long) into `out`.
+    pub fn dequantize(self, raw: &[u8], out: &mut [f32]) {
+        let (per_block, bytes) = self.block();
+        debug_assert_eq!(raw.len() / bytes * per_block, out.len());
+        // Chunks of many blocks keep rayon's overhead negligible.
+        let blocks_per_task = 1024;
+        raw.par_chunks(bytes * blocks_per_task)
+            .zip(out.par_chunks_mut(per_block * blocks_per_task))
+            .for_each(|(src, dst)| {
+                for (b, o) in src.chunks_exact(bytes).zip(dst.chunks_exact_mut(per_block)) {
+                    self.dequantize_block(b, o);
+                }
+            });
+    }
+
+    fn dequantize_block(self, b: &[u8], o: &mut [f32]) {
+        let h = |i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+        match self {
+            GgmlType::F32 => o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            GgmlType::F16 => o[0] = h(0),
+            GgmlType::BF16 => o[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+            GgmlType::Q8_0 => {
+                let d = h(0);
+                for (x, q) in o.iter_mut().zip(&b[2..]) {
+                    *x = (*q as i8) as f32 * d;
+                }
+            }
+            GgmlType::Q4_0 => {
+                let d = h(0);
+                for (j, q) in b[2..].iter().enumerate() {
+                    o[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
+                    o[j + QK / 2] = ((q >> 4) as i32 - 8) as f32 * d;
+                }
+            }
+            GgmlType::Q4_1 => {
+                let (d, m) = (h(0), h(2));
+                for (j, q) in b[4..].iter().enumerate() {
+                    o[j] = (q & 0x0f) as f32 * d + m;
+                    o[j + QK / 2] = (q >> 4) as f32 * d + m;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f16b(x: f32) -> [u8; 2] {
+        f16::from_f32(x).to_le_bytes()
+    }
+
+    #[test]
+    fn q4_1_block_matches_formula() {
+        let mut raw = Vec::new();
+        raw.extend(f16b(0.5));
+        raw.extend(f16b(-1.0));
+        raw.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let mut out = [0f32; 32];
+        GgmlType::Q4_1.dequantize(&raw, &mut out);
+        for j in 0..16 {
+            assert_eq!(out[j], j as f32 * 0.5 - 1.0);
+            assert_eq!(out[j + 16], (15 - j) as f32 * 0.5 - 1.0);
+        }
+    }
+
+    #[test]
+    fn q4_0_and_q8_0_blocks_match_formula() {
+        let mut raw = Vec::new();
+        raw.extend(f16b(2.0));
+        raw.extend((0..16u8).map(|j| j | (j << 4)));
+        let mut out = [0f32; 32];
+        GgmlType::Q4_0.dequantize(&raw, &mut out);
+        assert_eq!(out[0], -16.0);
+        assert_eq!(out[31], 14.0);
+
+        let mut raw = Vec::new();
+        raw.extend(f16b(0.25));
+        raw.extend((0..32).map(|j: i32| (j - 16) as i8 as u8));
+        GgmlType::Q8_0.dequantize(&raw, &mut out);
+        assert_eq!(out[0], -4.0);
+        assert_eq!(out[31], 3.75);
+    }
+
+    #[test]
+    fn row_length_must_fill_blocks() {
+        assert_eq!(GgmlType::Q4_1.num_bytes(64, 64), Some(40));
+        assert_eq!(GgmlType::Q4_1.num_bytes(48, 48), None);
+        assert_eq!(GgmlType::BF16.num_bytes(3, 3), Some(6));
+    }
+}

@@ -1,0 +1,313 @@
+//! A small, bounds-checked GGUF reader over a memory map: header, metadata and tensor infos.
+//! Every read is checked against the file size, so a truncated or corrupt file is an error,
+//! never a panic or a huge allocation.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use super::dtype::GgmlType;
+use crate::error::{InferError, Result};
+
+const MAGIC: &[u8; 4] = b"GGUF";
+const DEFAULT_ALIGNMENT: u64 = 32;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum GgufValue {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    Array(Vec<GgufValue>),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl GgufValue {
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            GgufValue::U8(v) => Some(v.into()),
+            GgufValue::U16(v) => Some(v.into()),
+            GgufValue::U32(v) => Some(v.into()),
+            GgufValue::U64(v) => Some(v),
+            GgufValue::I8(v) => u64::try_from(v).ok(),
+            GgufValue::I16(v) => u64::try_from(v).ok(),
+            GgufValue::I32(v) => u64::try_from(v).ok(),
+            GgufValue::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            GgufValue::F32(v) => Some(v.into()),
+            GgufValue::F64(v) => Some(v),
+            _ => self.as_u64().map(|v| v as f64),
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            GgufValue::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            GgufValue::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn as_array(&self) -> Option<&[GgufValue]> {
+        match self {
+            GgufValue::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct GgufTensorInfo {
+    pub name: String,
+    /// Row-major shape (GGUF lists dimensions fastest-first; this is reversed).
+    pub shape: Vec<usize>,
+    pub dtype: GgmlType,
+    /// Absolute byte offset in the file.
+    pub offset: usize,
+    pub num_bytes: usize,
+}
+
+pub struct GgufFile {
+    pub path: PathBuf,
+    pub version: u32,
+    pub metadata: BTreeMap<String, GgufValue>,
+    pub tensors: BTreeMap<String, GgufTensorInfo>,
+    mmap: Mmap,
+}
+
+impl GgufFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| InferError::io(path, e))?;
+        // SAFETY: the map is read-only and lives as long as `GgufFile`; like every mmap-based
+        // loader (llama.cpp, safetensors) we assume the file is not truncated while we run.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| InferError::io(path, e))?;
+        let err = |reason: String| InferError::Gguf {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut cur = Cursor { buf: &mmap, pos: 0 };
+        let magic = cur.bytes(4).map_err(err)?;
+        if magic != MAGIC {
+            return Err(err(format!(
+                "bad magic {magic:02x?}, expected \"GGUF\" (is this a GGUF file?)"
+            )));
+        }
+        let version = cur.u32().map_err(err)?;
+        if !(2..=3).contains(&version) {
+            return Err(err(format!(
+                "unsupported GGUF version {version} (supported: 2, 3)"
+            )));
+        }
+        let n_tensors = cur.u64().map_err(err)?;
+        let n_kv = cur.u64().map_err(err)?;
+        let mut metadata = BTreeMap::new();
+        for i in 0..n_kv {
+            let key = cur
+                .string()
+                .map_err(|e| err(format!("metadata #{i}: {e}")))?;
+            let ty = cur.u32().map_err(err)?;
+            let value = cur
+                .value(ty, 0)
+                .map_err(|e| err(format!("metadata `{key}`: {e}")))?;
+            metadata.insert(key, value);
+        }
+        let mut infos = Vec::new();
+        for i in 0..n_tensors {
+            let name = cur.string().map_err(|e| err(format!("tensor #{i}: {e}")))?;
+            let info = cur
+                .tensor_info()
+                .map_err(|e| err(format!("tensor `{name}`: {e}")))?;
+            infos.push((name, info));
+        }
+        let alignment = match metadata.get("general.alignment") {
+            Some(v) => v
+                .as_u64()
+                .filter(|a| *a > 0 && a.is_power_of_two())
+                .ok_or_else(|| err(format!("general.alignment {v:?} is not a power of two")))?,
+            None => DEFAULT_ALIGNMENT,
+        };
+        let data_start = (cur.pos as u64).div_ceil(alignment) * alignment;
+        let mut tensors = BTreeMap::new();
+        for (name, (dims, type_id, rel_offset)) in infos {
+            let dtype = GgmlType::from_id(type_id).ok_or_else(|| InferError::UnsupportedDtype {
+                name: name.clone(),
+                dtype: format!("ggml type {type_id}"),
+            })?;
+            let shape: Vec<usize> = dims.iter().rev().map(|&d| d as usize).collect();
+            let n_elems = shape
+                .iter()
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                .ok_or_else(|| err(format!("tensor `{name}`: shape {shape:?} overflows")))?;
+            let num_bytes = dtype
+                .num_bytes(n_elems, dims.first().copied().unwrap_or(1) as usize)
+                .ok_or_else(|| {
+                    err(format!(
+                        "tensor `{name}`: row length {} is not a multiple of the {dtype:?} block size",
+                        dims.first().copied().unwrap_or(0)
+                    ))
+                })?;
+            let offset = data_start
+                .checked_add(rel_offset)
+                .ok_or_else(|| err(format!("tensor `{name}`: bad offset {rel_offset}")))?;
+            let end = offset.checked_add(num_bytes as u64);
+            if end.is_none_or(|e| e > mmap.len() as u64) {
+                return Err(err(format!(
+                    "tensor `{name}` ({num_bytes} bytes at offset {offset}) runs past the end of the file ({} bytes): the file is truncated",
+                    mmap.len()
+                )));
+            }
+            let info = GgufTensorInfo {
+                name: name.clone(),
+                shape,
+                dtype,
+                offset: offset as usize,
+                num_bytes,
+            };
+            if tensors.insert(name.clone(), info).is_some() {
+                return Err(err(format!("tensor `{name}` appears twice")));
+            }
+        }
+        Ok(GgufFile {
+            path: path.to_path_buf(),
+            version,
+            metadata,
+            tensors,
+            mmap,
+        })
+    }
+
+    /// The raw bytes of a tensor (bounds were checked at open).
+    pub fn tensor_bytes(&self, info: &GgufTensorInfo) -> &[u8] {
+        &self.mmap[info.offset..info.offset + info.num_bytes]
+    }
+
+    pub fn get(&self, key: &str) -> Option<&GgufValue> {
+        self.metadata.get(key)
+    }
+}
+
+/// Checked little-endian reads; errors are plain strings that the caller wraps with the path.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+type CurResult<T> = std::result::Result<T, String>;
+
+impl<'a> Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> CurResult<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let Some(end) = end else {
+            return Err(format!(
+                "unexpected end of file at byte {} (wanted {n} more bytes): the file is truncated",
+                self.pos
+            ));
+        };
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self) -> CurResult<[u8; N]> {
+        let b = self.bytes(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(b);
+        Ok(a)
+    }
+
+    fn u32(&mut self) -> CurResult<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> CurResult<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// A length that must fit in what is left of the file at `min_item` bytes per item.
+    fn len(&mut self, min_item: usize) -> CurResult<usize> {
+        let n = self.u64()?;
+        let left = (self.buf.len() - self.pos) as u64;
+        if n.saturating_mul(min_item as u64) > left {
+            return Err(format!(
+                "length {n} at byte {} exceeds the rest of the file: corrupt or truncated",
+                self.pos - 8
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    fn string(&mut self) -> CurResult<String> {
+        let n = self.len(1)?;
+        let b = self.bytes(n)?;
+        String::from_utf8(b.to_vec())
+            .map_err(|_| format!("string at byte {} is not UTF-8", self.pos - n))
+    }
+
+    fn value(&mut self, ty: u32, depth: usize) -> CurResult<GgufValue> {
+        Ok(match ty {
+            0 => GgufValue::U8(self.array::<1>()?[0]),
+            1 => GgufValue::I8(self.array::<1>()?[0] as i8),
+            2 => GgufValue::U16(u16::from_le_bytes(self.array()?)),
+            3 => GgufValue::I16(i16::from_le_bytes(self.array()?)),
+            4 => GgufValue::U32(self.u32()?),
+            5 => GgufValue::I32(i32::from_le_bytes(self.array()?)),
+            6 => GgufValue::F32(f32::from_le_bytes(self.array()?)),
+            7 => GgufValue::Bool(self.array::<1>()?[0] != 0),
+            8 => GgufValue::String(self.string()?),
+            9 => {
+                if depth > 2 {
+                    return Err("arrays nested too deeply".into());
+                }
+                let elem = self.u32()?;
+                let n = self.len(1)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.value(elem, depth + 1)?);
+                }
+                GgufValue::Array(items)
+            }
+            10 => GgufValue::U64(self.u64()?),
+            11 => GgufValue::I64(i64::from_le_bytes(self.array()?)),
+            12 => GgufValue::F64(f64::from_le_bytes(self.array()?)),
+            other => return Err(format!("unknown metadata value type {other}")),
+        })
+    }
+
+    fn tensor_info(&mut self) -> CurResult<(Vec<u64>, u32, u64)> {
+        let n_dims = self.u32()?;
+        if n_dims == 0 || n_dims > 4 {
+            return Err(format!("{n_dims} dimensions (GGUF allows 1 to 4)"));
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            let d = self.u64()?;
+            if d == 0 || d > (1 << 40) {
+                return Err(format!("implausible dimension {d}"));
+            }
+            dims.push(d);
+        }
+        let ty = self.u32()?;
+        let offset = self.u64()?;
+        Ok((dims, ty, offset))
+    }
+}

@@ -1,0 +1,202 @@
+//! The Llama-family forward (Llama 2/3, Mistral, Qwen2, SmolLM), written once against the
+//! `Backend` trait: pre-norm attention with GQA and RoPE over a paged KV cache, then a SwiGLU MLP.
+
+use crate::backend::{AttentionParams, Backend, KvCacheSpec};
+use crate::batch::BatchInput;
+use crate::config::ModelConfig;
+use crate::error::{InferError, Result};
+use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
+
+struct Layer<T> {
+    attn_norm: T,
+    wq: T,
+    wk: T,
+    wv: T,
+    /// (q, k, v) biases (Qwen2).
+    qkv_bias: Option<(T, T, T)>,
+    wo: T,
+    ffn_norm: T,
+    gate: T,
+    up: T,
+    down: T,
+}
+
+pub struct LlamaModel<B: Backend> {
+    config: ModelConfig,
+    max_model_len: usize,
+    embed: B::Tensor,
+    /// `None` when tied to `embed`.
+    lm_head: Option<B::Tensor>,
+    final_norm: B::Tensor,
+    layers: Vec<Layer<B::Tensor>>,
+    cos_sin: B::Tensor,
+}
+
+/// Load progress: (weights loaded, weights in total).
+pub type LoadProgress<'a> = &'a mut dyn FnMut(usize, usize);
+
+impl<B: Backend> LlamaModel<B> {
+    /// Loads, checks and uploads every weight. `max_model_len` caps the context (and the RoPE
+    /// table); it may not exceed the model's own limit.
+    pub fn load(
+        backend: &B,
+        config: &ModelConfig,
+        weights: &dyn WeightSource,
+        max_model_len: Option<usize>,
+        progress: LoadProgress,
+    ) -> Result<Self> {
+        config.validate()?;
+        let max_model_len = match max_model_len {
+            None => config.max_position_embeddings,
+            Some(0) => return Err(InferError::invalid("max_model_len", "must be > 0")),
+            Some(n) if n > config.max_position_embeddings => {
+                return Err(InferError::invalid(
+                    "max_model_len",
+                    format!(
+                        "{n} exceeds the model's context of {}",
+                        config.max_position_embeddings
+                    ),
+                ))
+            }
+            Some(n) => n,
+        };
+        let per_layer = if config.attention_bias { 12 } else { 9 };
+        let total = 3 + per_layer * config.num_layers;
+        let mut done = 0;
+        let mut load = |w: WeightName| -> Result<B::Tensor> {
+            let t = backend.upload(&weights.load(w, config)?)?;
+            done += 1;
+            progress(done, total);
+            Ok(t)
+        };
+        let embed = load(WeightName::Embed)?;
+        let lm_head = if weights.contains(WeightName::LmHead) {
+            Some(load(WeightName::LmHead)?)
+        } else if config.tie_word_embeddings {
+            None
+        } else {
+            return Err(InferError::MissingTensor {
+                name: weights.tensor_name(WeightName::LmHead),
+                source_name: weights.source_name(),
+            });
+        };
+        let final_norm = load(WeightName::FinalNorm)?;
+        let mut layers = Vec::with_capacity(config.num_layers);
+        for i in 0..config.num_layers {
+            let mut l = |w| load(WeightName::Layer(i, w));
+            layers.push(Layer {
+                attn_norm: l(LayerWeight::AttnNorm)?,
+                wq: l(LayerWeight::Q)?,
+                wk: l(LayerWeight::K)?,
+                wv: l(LayerWeight::V)?,
+                qkv_bias: if config.attention_bias {
+                    Some((
+                        l(LayerWeight::QBias)?,
+                        l(LayerWeight::KBias)?,
+                        l(LayerWeight::VBias)?,
+                    ))
+                } else {
+                    None
+                },
+                wo: l(LayerWeight::O)?,
+                ffn_norm: l(LayerWeight::FfnNorm)?,
+                gate: l(LayerWeight::Gate)?,
+                up: l(LayerWeight::Up)?,
+                down: l(LayerWeight::Down)?,
+            });
+        }
+        let cos_sin = HostTensor::new(
+            vec![max_model_len, config.head_dim],
+            config.rope_cos_sin(max_model_len),
+        );
+        Ok(LlamaModel {
+            config: config.clone(),
+            max_model_len,
+            embed,
+            lm_head,
+            final_norm,
+            layers,
+            cos_sin: backend.upload(&cos_sin)?,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn max_model_len(&self) -> usize {
+        self.max_model_len
+    }
+
+    pub fn kv_cache_spec(&self, num_blocks: usize, block_size: usize) -> KvCacheSpec {
+        KvCacheSpec {
+            num_layers: self.config.num_layers,
+            num_blocks,
+            block_size,
+            num_kv_heads: self.config.num_kv_heads,
+            head_dim: self.config.head_dim,
+        }
+    }
+
+    fn check_batch(&self, batch: &BatchInput) -> Result<()> {
+        let vocab = self.config.vocab_size as u32;
+        if let Some(t) = batch.token_ids.iter().find(|&&t| t >= vocab) {
+            return Err(InferError::invalid(
+                "token_ids",
+                format!("token id {t} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        if let Some(&ctx) = batch.context_lens.iter().max() {
+            if ctx as usize > self.max_model_len {
+                return Err(InferError::invalid(
+                    "context",
+                    format!("{ctx} tokens exceed max_model_len {}", self.max_model_len),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one step and returns the logits `[logits_indices.len(), vocab]` in backend memory.
+    pub fn forward(
+        &self,
+        backend: &B,
+        batch: &BatchInput,
+        kv: &mut B::KvCache,
+    ) -> Result<B::Tensor> {
+        self.check_batch(batch)?;
+        let c = &self.config;
+        let meta = backend.upload_batch(batch)?;
+        let attn = AttentionParams {
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+        };
+        let mut x = backend.embedding(&self.embed, &meta)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            let h = backend.rms_norm(&x, &l.attn_norm, c.rms_norm_eps)?;
+            let mut q = backend.matmul(&h, &l.wq)?;
+            let mut k = backend.matmul(&h, &l.wk)?;
+            let mut v = backend.matmul(&h, &l.wv)?;
+            if let Some((bq, bk, bv)) = &l.qkv_bias {
+                backend.add_bias(&mut q, bq)?;
+                backend.add_bias(&mut k, bk)?;
+                backend.add_bias(&mut v, bv)?;
+            }
+            backend.rope(&mut q, &meta, &self.cos_sin, c.head_dim, c.rope_style)?;
+            backend.rope(&mut k, &meta, &self.cos_sin, c.head_dim, c.rope_style)?;
+            backend.write_kv(kv, i, &k, &v, &meta)?;
+            let a = backend.paged_attention(&q, kv, i, &meta, &attn)?;
+            backend.add_assign(&mut x, &backend.matmul(&a, &l.wo)?)?;
+
+            let h = backend.rms_norm(&x, &l.ffn_norm, c.rms_norm_eps)?;
+            let act =
+                backend.silu_mul(&backend.matmul(&h, &l.gate)?, &backend.matmul(&h, &l.up)?)?;
+            backend.add_assign(&mut x, &backend.matmul(&act, &l.down)?)?;
+        }
+        let last = backend.gather_logit_rows(&x, &meta)?;
+        let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
+        backend.matmul(&h, self.lm_head.as_ref().unwrap_or(&self.embed))
+    }
+}

@@ -1,0 +1,180 @@
+//! Builds a `tokenizers` tokenizer from GGUF metadata, reproducing what the model's HF
+//! `tokenizer.json` does: byte-level BPE from the vocab and merges, the pre-tokenizer named by
+//! `tokenizer.ggml.pre`, and control / user-defined tokens as added tokens.
+
+use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use crate::error::{InferError, Result};
+use crate::gguf::{GgufFile, GgufValue};
+
+/// Llama 3's split regex (`llama-bpe`), as in its tokenizer.json.
+const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2's split regex: like Llama 3's but one digit at a time.
+const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// GGUF token types (llama.cpp `llama_token_type`).
+const TOKEN_TYPE_CONTROL: i64 = 3;
+const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+fn tok_err(g: &GgufFile, what: String) -> InferError {
+    InferError::Tokenizer(format!("{}: {what}", g.path.display()))
+}
+
+fn string_array<'a>(g: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
+    let arr = g
+        .get(key)
+        .and_then(GgufValue::as_array)
+        .ok_or_else(|| tok_err(g, format!("metadata `{key}` is missing")))?;
+    arr.iter()
+        .map(|v| {
+            v.as_str()
+                .ok_or_else(|| tok_err(g, format!("`{key}` holds a non-string")))
+        })
+        .collect()
+}
+
+pub(super) struct GgufTokenizerParts {
+    pub tokenizer: tokenizers::Tokenizer,
+    pub bos: Option<u32>,
+    pub eos_ids: Vec<u32>,
+    pub add_bos: bool,
+}
+
+pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
+    let model = g
+        .get("tokenizer.ggml.model")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    if model != "gpt2" {
+        return Err(tok_err(
+            g,
+            format!("tokenizer model `{model}` is not supported (supported: gpt2 byte-level BPE)"),
+        ));
+    }
+    let tokens = string_array(g, "tokenizer.ggml.tokens")?;
+    let merges = string_array(g, "tokenizer.ggml.merges")?;
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.to_string(), i as u32))
+        .collect();
+    let merges = merges
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| tok_err(g, format!("merge `{m}` has no space")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let token_id = |key: &str| g.get(key).and_then(|v| v.as_u64()).map(|v| v as u32);
+    let mut builder = BPE::builder().vocab_and_merges(vocab, merges);
+    if let Some(unk) =
+        token_id("tokenizer.ggml.unknown_token_id").and_then(|i| tokens.get(i as usize))
+    {
+        builder = builder.unk_token(unk.to_string());
+    }
+    let bpe = builder
+        .build()
+        .map_err(|e| tok_err(g, format!("building BPE: {e}")))?;
+    let mut tk = tokenizers::Tokenizer::new(bpe);
+
+    let pre = g
+        .get("tokenizer.ggml.pre")
+        .and_then(|v| v.as_str())
+        .unwrap_or("default");
+    let split = |pattern: &str| -> Result<PreTokenizerWrapper> {
+        let s = Split::new(
+            SplitPattern::Regex(pattern.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| tok_err(g, format!("split regex: {e}")))?;
+        Ok(s.into())
+    };
+    let pre_tokenizer: PreTokenizerWrapper = match pre {
+        // GPT-2 regex over raw text, digits first split one by one (SmolLM, StarCoder).
+        "smollm" | "starcoder" | "refact" => Sequence::new(vec![
+            Digits::new(true).into(),
+            ByteLevel::new(false, true, true).into(),
+        ])
+        .into(),
+        "llama-bpe" | "llama3" => Sequence::new(vec![split(LLAMA3_PATTERN)?, ByteLevel::new(false, true, false).into()]).into(),
+        "qwen2" => {
+            tk.with_normalizer(Some(NFC));
+            Sequence::new(vec![split(QWEN2_PATTERN)?, ByteLevel::new(false, false, false).into()]).into()
+        }
+        "default" | "gpt-2" | "gpt2" => ByteLevel::new(false, true, true).into(),
+        other => {
+            return Err(tok_err(
+                g,
+                format!("pre-tokenizer `{other}` is not supported (supported: smollm, llama-bpe, qwen2, default)"),
+            ))
+        }
+    };
+    tk.with_pre_tokenizer(Some(pre_tokenizer));
+    tk.with_decoder(Some(ByteLevel::default()));
+
+    // Control tokens are special (matched whole in text, skippable on decode); user-defined
+    // tokens are matched whole but decoded like text.
+    if let Some(types) = g
+        .get("tokenizer.ggml.token_type")
+        .and_then(GgufValue::as_array)
+    {
+        let mut special = Vec::new();
+        let mut user = Vec::new();
+        for (tok, ty) in tokens.iter().zip(types) {
+            match ty.as_u64().map(|t| t as i64) {
+                Some(TOKEN_TYPE_CONTROL) => special.push(AddedToken::from(tok.to_string(), true)),
+                Some(TOKEN_TYPE_USER_DEFINED) => {
+                    user.push(AddedToken::from(tok.to_string(), false))
+                }
+                _ => {}
+            }
+        }
+        tk.add_special_tokens(&special);
+        tk.add_tokens(&user);
+    }
+
+    let bos = token_id("tokenizer.ggml.bos_token_id");
+    let add_bos = g
+        .get("tokenizer.ggml.add_bos_token")
+        .and_then(GgufValue::as_bool)
+        .unwrap_or(false);
+    if let (true, Some(bos)) = (add_bos, bos) {
+        let bos_text = tokens
+            .get(bos as usize)
+            .ok_or_else(|| tok_err(g, format!("bos id {bos} outside the vocab")))?;
+        let post = TemplateProcessing::builder()
+            .try_single(format!("{bos_text} $A"))
+            .and_then(|b| b.try_pair(format!("{bos_text} $A {bos_text} $B")))
+            .map_err(|e| tok_err(g, format!("bos template: {e}")))?
+            .special_tokens(vec![(bos_text.to_string(), bos)])
+            .build()
+            .map_err(|e| tok_err(g, format!("bos template: {e}")))?;
+        tk.with_post_processor(Some(post));
+    }
+
+    let mut eos_ids = Vec::new();
+    for key in [
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.eot_token_id",
+        "tokenizer.ggml.eom_token_id",
+    ] {
+        if let Some(id) = token_id(key).filter(|id| !eos_ids.contains(id)) {
+            eos_ids.push(id);
+        }
+    }
+    Ok(GgufTokenizerParts {
+        tokenizer: tk,
+        bos,
+        eos_ids,
+        add_bos,
+    })
+}

@@ -1,0 +1,160 @@
+//! The tokenizer of a model: the `tokenizers` crate for encode/decode, built from GGUF metadata
+//! or loaded from `tokenizer.json`, plus the special ids and chat template that go with it.
+
+mod chat;
+mod detokenizer;
+mod gguf;
+
+use std::path::Path;
+
+pub use chat::ChatMessage;
+pub use detokenizer::IncrementalDetokenizer;
+
+use crate::error::{InferError, Result};
+use crate::gguf::{GgufFile, GgufValue};
+use crate::hf::read_json;
+
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    /// Every id that ends generation (EOS, end-of-turn, ...).
+    eos_token_ids: Vec<u32>,
+    chat_template: Option<String>,
+}
+
+fn tk_err(e: impl std::fmt::Display) -> InferError {
+    InferError::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let parts = gguf::build(g)?;
+        let name = |id: Option<u32>| id.and_then(|i| parts.tokenizer.id_to_token(i));
+        Ok(Tokenizer {
+            bos_token: name(parts.bos),
+            eos_token: name(parts.eos_ids.first().copied()),
+            eos_token_ids: parts.eos_ids,
+            chat_template: g
+                .get("tokenizer.chat_template")
+                .and_then(GgufValue::as_str)
+                .map(str::to_string),
+            inner: parts.tokenizer,
+        })
+        .inspect(|t| tracing::debug!(add_bos = parts.add_bos, eos = ?t.eos_token_ids, "GGUF tokenizer built"))
+    }
+
+    /// Loads `tokenizer.json` (+ `tokenizer_config.json`) from an HF model directory;
+    /// `extra_eos` comes from `config.json` / `generation_config.json`.
+    pub fn from_hf_dir(dir: &Path, extra_eos: &[u32]) -> Result<Self> {
+        let path = dir.join("tokenizer.json");
+        if !path.exists() {
+            return Err(InferError::ModelDir {
+                path: dir.to_path_buf(),
+                reason: "tokenizer.json is missing".into(),
+            });
+        }
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| InferError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: serde_json::Value = if cfg_path.exists() {
+            read_json(&cfg_path)?
+        } else {
+            serde_json::Value::Null
+        };
+        let token_text = |key: &str| -> Option<String> {
+            match cfg.get(key)? {
+                serde_json::Value::String(s) => Some(s.clone()),
+                v => v.get("content")?.as_str().map(str::to_string),
+            }
+        };
+        let chat_template = match cfg.get("chat_template") {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            // A list of named templates: take "default".
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
+            _ => None,
+        };
+        let bos_token = token_text("bos_token");
+        let eos_token = token_text("eos_token");
+        let mut eos_token_ids: Vec<u32> = Vec::new();
+        for id in eos_token
+            .iter()
+            .filter_map(|t| inner.token_to_id(t))
+            .chain(extra_eos.iter().copied())
+        {
+            if !eos_token_ids.contains(&id) {
+                eos_token_ids.push(id);
+            }
+        }
+        Ok(Tokenizer {
+            inner,
+            bos_token,
+            eos_token,
+            eos_token_ids,
+            chat_template,
+        })
+    }
+
+    /// Token ids of `text`. `add_special_tokens` applies the tokenizer's own post-processing
+    /// (e.g. a BOS for Llama); text such as `<|im_start|>` is matched as one special token either way.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, add_special_tokens)
+            .map_err(tk_err)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner.decode(ids, skip_special_tokens).map_err(tk_err)
+    }
+
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.eos_token_ids
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// Renders messages with the model's chat template. The result already holds the template's
+    /// special tokens, so encode it with `add_special_tokens = false` (as vLLM does).
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let template = self.chat_template.as_deref().ok_or_else(|| {
+            InferError::ChatTemplate(
+                "the model has no chat template; drop --chat to use the prompt verbatim".into(),
+            )
+        })?;
+        chat::render(
+            template,
+            messages,
+            add_generation_prompt,
+            self.bos_token.as_deref().unwrap_or(""),
+            self.eos_token.as_deref().unwrap_or(""),
+        )
+    }
+
+    /// The `tokenizer.json` form, so a tokenizer built from GGUF can be saved as an HF one.
+    pub fn to_json(&self) -> Result<String> {
+        self.inner.to_string(false).map_err(tk_err)
+    }
+
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+}

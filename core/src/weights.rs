@@ -1,0 +1,131 @@
+//! Format-independent access to model weights: the forward asks for canonical weights, each
+//! file format maps them to its own tensor names and dequantizes to f32 on load.
+
+use crate::config::ModelConfig;
+use crate::error::{InferError, Result};
+
+/// A dense row-major f32 tensor in host memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl HostTensor {
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        HostTensor { shape, data }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerWeight {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    QBias,
+    KBias,
+    VBias,
+    O,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightName {
+    Embed,
+    FinalNorm,
+    LmHead,
+    Layer(usize, LayerWeight),
+}
+
+impl WeightName {
+    /// The shape the forward expects, row-major, linear weights as `[out, in]`.
+    pub fn expected_shape(self, c: &ModelConfig) -> Vec<usize> {
+        let (h, q, kv, ff) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
+        match self {
+            WeightName::Embed | WeightName::LmHead => vec![c.vocab_size, h],
+            WeightName::FinalNorm => vec![h],
+            WeightName::Layer(_, w) => match w {
+                LayerWeight::AttnNorm | LayerWeight::FfnNorm => vec![h],
+                LayerWeight::Q => vec![q, h],
+                LayerWeight::K | LayerWeight::V => vec![kv, h],
+                LayerWeight::QBias => vec![q],
+                LayerWeight::KBias | LayerWeight::VBias => vec![kv],
+                LayerWeight::O => vec![h, q],
+                LayerWeight::Gate | LayerWeight::Up => vec![ff, h],
+                LayerWeight::Down => vec![h, ff],
+            },
+        }
+    }
+}
+
+/// Where weights come from (a GGUF file, a safetensors directory, random values).
+pub trait WeightSource: Send + Sync {
+    /// Names the source in error messages (usually a path).
+    fn source_name(&self) -> String;
+    /// The name this source uses for a canonical weight.
+    fn tensor_name(&self, w: WeightName) -> String;
+    fn contains(&self, w: WeightName) -> bool;
+    /// Loads and dequantizes one weight to f32, shape as stored (row-major).
+    fn load_raw(&self, w: WeightName) -> Result<HostTensor>;
+
+    /// Loads a weight and checks its shape against the config.
+    fn load(&self, w: WeightName, config: &ModelConfig) -> Result<HostTensor> {
+        if !self.contains(w) {
+            return Err(InferError::MissingTensor {
+                name: self.tensor_name(w),
+                source_name: self.source_name(),
+            });
+        }
+        let t = self.load_raw(w)?;
+        let expected = w.expected_shape(config);
+        if t.shape != expected {
+            return Err(InferError::ShapeMismatch {
+                name: self.tensor_name(w),
+                expected,
+                actual: t.shape,
+            });
+        }
+        Ok(t)
+    }
+}
+
+/// Converts between the two RoPE row layouts of Q/K weights, per head, as llama.cpp's
+/// convert script does: HF "rotate half" rows → adjacent-pair rows (`to_adjacent = true`)
+/// or back. `rows` is `[n_heads * head_dim, cols]`, or a bias when `cols == 1`.
+pub fn permute_qk_rows(data: &[f32], n_heads: usize, cols: usize, to_adjacent: bool) -> Vec<f32> {
+    let head_dim = data.len() / cols / n_heads;
+    let half = head_dim / 2;
+    let mut out = vec![0f32; data.len()];
+    for h in 0..n_heads {
+        for i in 0..half {
+            for (r, adjacent) in [(0, 2 * i), (1, 2 * i + 1)] {
+                // HF row `r * half + i` sits at adjacent-pair row `2i + r`.
+                let hf = h * head_dim + r * half + i;
+                let adj = h * head_dim + adjacent;
+                let (src, dst) = if to_adjacent { (hf, adj) } else { (adj, hf) };
+                out[dst * cols..(dst + 1) * cols]
+                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_round_trips_and_interleaves_halves() {
+        let data: Vec<f32> = (0..16).map(|x| x as f32).collect(); // 2 heads × 4 rows × 2 cols
+        let adj = permute_qk_rows(&data, 2, 2, true);
+        // head 0 HF rows [0,1,2,3] (halves [0,1] and [2,3]) become [0,2,1,3]
+        assert_eq!(&adj[..8], &[0., 1., 4., 5., 2., 3., 6., 7.]);
+        assert_eq!(permute_qk_rows(&adj, 2, 2, false), data);
+    }
+}

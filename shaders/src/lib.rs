@@ -1,0 +1,1 @@
+//! WGSL kernel sources, one `.wgsl` file per kernel, exposed with `include_str!` (issue 5 adds them).

@@ -1,0 +1,1 @@
+//! OpenAI-compatible server on warp and the static demo page (issue 6).
