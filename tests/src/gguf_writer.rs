@@ -104,7 +104,12 @@ impl GgufWriter {
             .iter()
             .map(|(_, _, d)| match d {
                 Data::F32(v) => (0, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-                Data::F16(v) => (1, v.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect()),
+                Data::F16(v) => (
+                    1,
+                    v.iter()
+                        .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+                        .collect(),
+                ),
                 Data::Q8_0(v) => (8, q8_0(v)),
                 Data::Raw(ty, b) => (*ty, b.clone()),
             })
@@ -182,16 +187,48 @@ pub fn tiny_llama(seed: u64) -> GgufWriter {
         k += 1;
         random_values(n, k, scale)
     };
-    w.tensor("token_embd.weight", &[vocab, d], Data::F32(rnd(vocab * d, 1.0)));
-    w.tensor("output_norm.weight", &[d], Data::F32(rnd(d, 0.2).iter().map(|x| 1.0 + x).collect()));
+    w.tensor(
+        "token_embd.weight",
+        &[vocab, d],
+        Data::F32(rnd(vocab * d, 1.0)),
+    );
+    w.tensor(
+        "output_norm.weight",
+        &[d],
+        Data::F32(rnd(d, 0.2).iter().map(|x| 1.0 + x).collect()),
+    );
     for i in 0..layers {
         let b = |n: &str| format!("blk.{i}.{n}.weight");
-        w.tensor(&b("attn_norm"), &[d], Data::F32(rnd(d, 0.2).iter().map(|x| 1.0 + x).collect()));
-        w.tensor(&b("ffn_norm"), &[d], Data::F32(rnd(d, 0.2).iter().map(|x| 1.0 + x).collect()));
-        w.tensor(&b("attn_q"), &[heads * hd, d], Data::F32(rnd(heads * hd * d, 0.3)));
-        w.tensor(&b("attn_k"), &[kv_heads * hd, d], Data::F32(rnd(kv_heads * hd * d, 0.3)));
-        w.tensor(&b("attn_v"), &[kv_heads * hd, d], Data::F16(rnd(kv_heads * hd * d, 0.3)));
-        w.tensor(&b("attn_output"), &[d, heads * hd], Data::Q8_0(rnd(d * heads * hd, 0.2)));
+        w.tensor(
+            &b("attn_norm"),
+            &[d],
+            Data::F32(rnd(d, 0.2).iter().map(|x| 1.0 + x).collect()),
+        );
+        w.tensor(
+            &b("ffn_norm"),
+            &[d],
+            Data::F32(rnd(d, 0.2).iter().map(|x| 1.0 + x).collect()),
+        );
+        w.tensor(
+            &b("attn_q"),
+            &[heads * hd, d],
+            Data::F32(rnd(heads * hd * d, 0.3)),
+        );
+        w.tensor(
+            &b("attn_k"),
+            &[kv_heads * hd, d],
+            Data::F32(rnd(kv_heads * hd * d, 0.3)),
+        );
+        w.tensor(
+            &b("attn_v"),
+            &[kv_heads * hd, d],
+            Data::F16(rnd(kv_heads * hd * d, 0.3)),
+        );
+        w.tensor(
+            &b("attn_output"),
+            &[d, heads * hd],
+            Data::Q8_0(rnd(d * heads * hd, 0.2)),
+        );
         w.tensor(&b("ffn_gate"), &[ff, d], Data::F32(rnd(ff * d, 0.2)));
         w.tensor(&b("ffn_up"), &[ff, d], Data::F32(rnd(ff * d, 0.2)));
         w.tensor(&b("ffn_down"), &[d, ff], Data::F32(rnd(d * ff, 0.2)));
@@ -201,7 +238,8 @@ pub fn tiny_llama(seed: u64) -> GgufWriter {
 
 /// GPT-2's byte → unicode mapping, in byte order.
 pub fn byte_level_alphabet() -> Vec<String> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
     let mut n = 0;
     (0u32..256)
         .map(|b| {

@@ -78,14 +78,24 @@ pub fn write_hf_dir(files: &ModelFiles, dir: &Path, dtype: SaveDtype) {
     for w in names {
         let t = files.weights.load(w, c).unwrap();
         let data = match w {
-            WeightName::Layer(_, LayerWeight::Q) => permute_qk_rows(&t.data, c.num_heads, c.hidden_size, false),
-            WeightName::Layer(_, LayerWeight::K) => permute_qk_rows(&t.data, c.num_kv_heads, c.hidden_size, false),
+            WeightName::Layer(_, LayerWeight::Q) => {
+                permute_qk_rows(&t.data, c.num_heads, c.hidden_size, false)
+            }
+            WeightName::Layer(_, LayerWeight::K) => {
+                permute_qk_rows(&t.data, c.num_kv_heads, c.hidden_size, false)
+            }
             _ => t.data,
         };
         let bytes: Vec<u8> = match dtype {
             SaveDtype::F32 => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            SaveDtype::F16 => data.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect(),
-            SaveDtype::BF16 => data.iter().flat_map(|x| bf16::from_f32(*x).to_le_bytes()).collect(),
+            SaveDtype::F16 => data
+                .iter()
+                .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+                .collect(),
+            SaveDtype::BF16 => data
+                .iter()
+                .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
+                .collect(),
         };
         blobs.push((hf_name(w), t.shape, bytes));
     }
@@ -100,7 +110,11 @@ pub fn write_hf_dir(files: &ModelFiles, dir: &Path, dtype: SaveDtype) {
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
     std::fs::write(dir.join("config.json"), config_json(c).to_string()).unwrap();
-    std::fs::write(dir.join("tokenizer.json"), files.tokenizer.to_json().unwrap()).unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        files.tokenizer.to_json().unwrap(),
+    )
+    .unwrap();
     let tk_config = json!({
         "chat_template": files.tokenizer.chat_template(),
         "bos_token": "<|im_start|>",

@@ -38,8 +38,14 @@ pub struct Loaded {
 
 pub fn load_cpu(spec: &str) -> Loaded {
     let files = open_model(spec).unwrap_or_else(|e| panic!("opening {spec}: {e}"));
-    let model = LlamaModel::load(&CpuBackend, &files.config, files.weights.as_ref(), None, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("loading {spec}: {e}"));
+    let model = LlamaModel::load(
+        &CpuBackend,
+        &files.config,
+        files.weights.as_ref(),
+        None,
+        &mut |_, _| {},
+    )
+    .unwrap_or_else(|e| panic!("loading {spec}: {e}"));
     Loaded { files, model }
 }
 
@@ -48,10 +54,17 @@ impl Loaded {
     pub fn last_logits(&self, ids: &[u32]) -> Vec<f32> {
         let bs = 16;
         let blocks = ids.len().div_ceil(bs);
-        let mut kv = infer_core::Backend::alloc_kv_cache(&CpuBackend, &self.model.kv_cache_spec(blocks, bs)).unwrap();
+        let mut kv =
+            infer_core::Backend::alloc_kv_cache(&CpuBackend, &self.model.kv_cache_spec(blocks, bs))
+                .unwrap();
         let table: Vec<u32> = (0..blocks as u32).collect();
         let batch = BatchInput::build(
-            &[SequenceChunk { tokens: ids, num_computed: 0, block_table: &table, want_logits: true }],
+            &[SequenceChunk {
+                tokens: ids,
+                num_computed: 0,
+                block_table: &table,
+                want_logits: true,
+            }],
             bs,
         )
         .unwrap();
@@ -66,5 +79,8 @@ impl Loaded {
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }

@@ -38,7 +38,10 @@ struct TokenizerCase {
 fn fixture() -> Fixture {
     let path = fixtures_dir().join("reference.json");
     let f: Fixture = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(f.format_version, 1, "fixture format changed: re-run scripts/reference.py");
+    assert_eq!(
+        f.format_version, 1,
+        "fixture format changed: re-run scripts/reference.py"
+    );
     assert_eq!(
         f.model_sha256, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "fixtures were made from another model file"
@@ -49,8 +52,14 @@ fn fixture() -> Fixture {
 fn prompt_ids(m: &Loaded, case: &Case) -> Vec<u32> {
     let tk = &m.files.tokenizer;
     if case.chat {
-        let text = tk.apply_chat_template(&[ChatMessage::user(&case.user_text)], true).unwrap();
-        assert_eq!(text, case.prompt, "{}: chat template renders differently from jinja2", case.name);
+        let text = tk
+            .apply_chat_template(&[ChatMessage::user(&case.user_text)], true)
+            .unwrap();
+        assert_eq!(
+            text, case.prompt,
+            "{}: chat template renders differently from jinja2",
+            case.name
+        );
         tk.encode(&text, false).unwrap()
     } else {
         tk.encode(&case.prompt, true).unwrap()
@@ -67,7 +76,11 @@ fn prompt_ids_match_reference_tokenizer() {
     for case in &f.tokenizer_cases {
         let ids = m.files.tokenizer.encode(&case.text, true).unwrap();
         assert_eq!(ids, case.ids, "{:?}", case.text);
-        assert_eq!(m.files.tokenizer.decode(&ids, false).unwrap(), case.text, "round trip");
+        assert_eq!(
+            m.files.tokenizer.decode(&ids, false).unwrap(),
+            case.text,
+            "round trip"
+        );
     }
 }
 
@@ -77,11 +90,18 @@ fn last_position_logits_match_float64_reference() {
     let m = load_cpu(&smollm2_path());
     for case in &f.cases {
         let bytes = std::fs::read(fixtures_dir().join(&case.logits_file)).unwrap();
-        let reference: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let reference: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         let ours = m.last_logits(&case.prompt_ids);
         let diff = max_abs_diff(&ours, &reference);
         eprintln!("{}: max |logit diff| = {diff:.2e}", case.name);
-        assert!(diff <= LOGIT_TOLERANCE, "{}: max |logit diff| {diff} > {LOGIT_TOLERANCE}", case.name);
+        assert!(
+            diff <= LOGIT_TOLERANCE,
+            "{}: max |logit diff| {diff} > {LOGIT_TOLERANCE}",
+            case.name
+        );
     }
 }
 
@@ -97,8 +117,14 @@ fn greedy_tokens_match_reference_up_to_near_ties() {
             seed: None,
             stop_token_ids: m.files.tokenizer.eos_token_ids().to_vec(),
         };
-        let out = gen.generate(&case.prompt_ids, &params, &mut |_| {}).unwrap();
-        let first_diff = out.token_ids.iter().zip(&case.greedy_ids).position(|(a, b)| a != b);
+        let out = gen
+            .generate(&case.prompt_ids, &params, &mut |_| {})
+            .unwrap();
+        let first_diff = out
+            .token_ids
+            .iter()
+            .zip(&case.greedy_ids)
+            .position(|(a, b)| a != b);
         match first_diff {
             None => assert_eq!(out.token_ids, case.greedy_ids, "{}", case.name),
             // A different pick is only acceptable where the reference itself nearly tied.
@@ -119,11 +145,22 @@ fn chat_answer_is_paris_and_stops_at_im_end() {
     let f = fixture();
     let case = f.cases.iter().find(|c| c.name == "chat").unwrap();
     let m = load_cpu(&smollm2_path());
-    let params = GenerationParams { max_tokens: 32, temperature: 0.0, seed: None, stop_token_ids: m.files.tokenizer.eos_token_ids().to_vec() };
+    let params = GenerationParams {
+        max_tokens: 32,
+        temperature: 0.0,
+        seed: None,
+        stop_token_ids: m.files.tokenizer.eos_token_ids().to_vec(),
+    };
     let mut streamed = String::new();
-    let out = m.generator().generate(&case.prompt_ids, &params, &mut |d| streamed.push_str(d)).unwrap();
+    let out = m
+        .generator()
+        .generate(&case.prompt_ids, &params, &mut |d| streamed.push_str(d))
+        .unwrap();
     assert_eq!(out.text, "The capital of France is Paris.");
     assert_eq!(streamed, out.text);
-    assert_eq!(out.token_ids.last(), m.files.tokenizer.token_to_id("<|im_end|>").as_ref());
+    assert_eq!(
+        out.token_ids.last(),
+        m.files.tokenizer.token_to_id("<|im_end|>").as_ref()
+    );
     assert_eq!(out.finish_reason, infer_core::FinishReason::Stop);
 }
