@@ -68,11 +68,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 }
 
 fn load_progress() -> ProgressBar {
-    let bar = ProgressBar::new(0).with_style(
+    ProgressBar::new(0).with_style(
         ProgressStyle::with_template("loading weights {bar:30} {pos}/{len} {elapsed}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
+    )
 }
 
 fn run_with<B: Backend>(backend: &B, args: &GenerateArgs) -> Result<()> {

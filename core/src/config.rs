@@ -68,22 +68,22 @@ impl ModelConfig {
                 return bad(format!("{name} is 0"));
             }
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return bad(format!(
                 "num_heads {} is not a multiple of num_kv_heads {}",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return bad(format!(
                 "head_dim {} is odd; RoPE needs pairs",
                 self.head_dim
             ));
         }
-        if !(self.rope_theta > 0.0) {
+        if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
             return bad(format!("rope_theta {} must be positive", self.rope_theta));
         }
-        if !(self.rms_norm_eps >= 0.0) {
+        if self.rms_norm_eps.is_nan() || self.rms_norm_eps < 0.0 {
             return bad(format!("rms_norm_eps {} must be >= 0", self.rms_norm_eps));
         }
         if let Some(RopeScaling::FreqFactors(f)) = &self.rope_scaling {

@@ -125,12 +125,12 @@ impl GgufWriter {
             out.extend(offset.to_le_bytes());
             offset += (blob.len() as u64).div_ceil(32) * 32;
         }
-        while out.len() % 32 != 0 {
+        while !out.len().is_multiple_of(32) {
             out.push(0);
         }
         for (_, blob) in &blobs {
             out.extend(blob);
-            while out.len() % 32 != 0 {
+            while !out.len().is_multiple_of(32) {
                 out.push(0);
             }
         }

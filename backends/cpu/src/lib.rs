@@ -187,7 +187,10 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let (rows, cols) = x.rows_cols();
         let max_pos = cos_sin.rows_cols().0;
-        if rows != batch.num_tokens() || cols % head_dim != 0 || cos_sin.rows_cols().1 != head_dim {
+        if rows != batch.num_tokens()
+            || !cols.is_multiple_of(head_dim)
+            || cos_sin.rows_cols().1 != head_dim
+        {
             return Err(shape_err(
                 "rope",
                 format!(
@@ -255,7 +258,7 @@ impl Backend for CpuBackend {
         if q.shape != [batch.num_tokens(), p.num_heads * p.head_dim]
             || p.num_kv_heads != s.num_kv_heads
             || p.head_dim != s.head_dim
-            || p.num_heads % p.num_kv_heads != 0
+            || !p.num_heads.is_multiple_of(p.num_kv_heads)
             || batch.block_size != s.block_size
         {
             return Err(shape_err(

@@ -44,7 +44,7 @@ impl GgmlType {
     /// split into whole blocks.
     pub fn num_bytes(self, n_elems: usize, row_len: usize) -> Option<usize> {
         let (per_block, bytes) = self.block();
-        if row_len % per_block != 0 {
+        if !row_len.is_multiple_of(per_block) {
             return None;
         }
         (n_elems / per_block).checked_mul(bytes)

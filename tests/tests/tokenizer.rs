@@ -1,0 +1,101 @@
+//! Tokenizer behaviour beyond the reference ids: streaming detokenization, special tokens,
+//! and the pre-tokenizers named in GGUF metadata.
+
+use infer_core::tokenizer::IncrementalDetokenizer;
+use infer_core::Tokenizer;
+use infer_tests::gguf_writer::{tiny_llama, Meta};
+use infer_tests::{load_cpu, smollm2_path};
+use tokenizers::PreTokenizer;
+
+fn stream(tk: &Tokenizer, prompt: &[u32], ids: &[u32]) -> Vec<String> {
+    let mut d = IncrementalDetokenizer::new(prompt, true);
+    ids.iter().map(|&id| d.push(tk, id).unwrap()).collect()
+}
+
+#[test]
+fn streaming_emoji_and_cjk_never_shows_replacement_chars() {
+    let m = load_cpu(&smollm2_path());
+    let tk = &m.files.tokenizer;
+    for text in [
+        "🎉🚀 party time 👩‍💻",
+        "日本語のテキストと中文字符",
+        " naïve café — Привет, мир! 안녕하세요",
+        "Mixed 😀 text 你好 and numbers 12345",
+    ] {
+        let ids = tk.encode(text, false).unwrap();
+        // Byte-level BPE splits these characters over several tokens.
+        assert!(ids.len() > text.chars().count() / 2, "{text}: {ids:?}");
+        let prompt = tk.encode("Say:", false).unwrap();
+        let deltas = stream(tk, &prompt, &ids);
+        for d in &deltas {
+            assert!(!d.contains('\u{FFFD}'), "{text}: delta {d:?}");
+        }
+        assert_eq!(deltas.concat(), tk.decode(&ids, true).unwrap(), "{text}");
+        assert_eq!(deltas.concat(), text);
+    }
+}
+
+#[test]
+fn special_tokens_are_single_ids_and_skippable() {
+    let m = load_cpu(&smollm2_path());
+    let tk = &m.files.tokenizer;
+    let ids = tk.encode("<|im_start|>user\nHi<|im_end|>", false).unwrap();
+    assert_eq!(ids.first(), Some(&1));
+    assert_eq!(ids.last(), Some(&2));
+    assert_eq!(tk.decode(&ids, true).unwrap(), "user\nHi");
+    assert_eq!(tk.eos_token_ids(), [2]);
+    // No BOS is added for SmolLM2 (tokenizer.ggml.add_bos_token = false).
+    assert_eq!(
+        tk.encode("Hi", true).unwrap(),
+        tk.encode("Hi", false).unwrap()
+    );
+}
+
+fn pre_tokens(tk: &Tokenizer, text: &str) -> Vec<String> {
+    let mut s = tokenizers::PreTokenizedString::from(text);
+    tk.inner()
+        .get_pre_tokenizer()
+        .unwrap()
+        .pre_tokenize(&mut s)
+        .unwrap();
+    s.get_splits(
+        tokenizers::OffsetReferential::Original,
+        tokenizers::OffsetType::Char,
+    )
+    .into_iter()
+    .map(|(t, _, _)| t.to_string())
+    .collect()
+}
+
+#[test]
+fn pre_tokenizers_split_digits_as_their_models_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let split = |pre: &str| {
+        let mut w = tiny_llama(1);
+        w.meta("tokenizer.ggml.pre", Meta::Str(pre.into()));
+        let p = dir.path().join(format!("{pre}.gguf"));
+        std::fs::write(&p, w.to_bytes()).unwrap();
+        let files = infer_core::open_model(p.to_str().unwrap()).unwrap();
+        pre_tokens(&files.tokenizer, "x 12345 don't")
+    };
+    // SmolLM: every digit alone, then GPT-2's regex.
+    assert_eq!(
+        split("smollm"),
+        ["x", "Ġ", "1", "2", "3", "4", "5", "Ġdon", "'t"]
+    );
+    // Llama 3: digits in groups of three.
+    assert_eq!(split("llama-bpe"), ["x", "Ġ", "123", "45", "Ġdon", "'t"]);
+}
+
+#[test]
+fn bos_is_added_when_the_gguf_asks_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = tiny_llama(1);
+    w.meta("tokenizer.ggml.add_bos_token", Meta::Bool(true));
+    let p = dir.path().join("bos.gguf");
+    std::fs::write(&p, w.to_bytes()).unwrap();
+    let files = infer_core::open_model(p.to_str().unwrap()).unwrap();
+    let ids = files.tokenizer.encode("hello", true).unwrap();
+    assert_eq!(ids[0], 0, "{ids:?}");
+    assert_eq!(files.tokenizer.encode("hello", false).unwrap(), ids[1..]);
+}
