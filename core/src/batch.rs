@@ -115,7 +115,7 @@ mod tests {
                 SequenceChunk {
                     tokens: &decode,
                     num_computed: 4,
-                    block_table: &[2, 0],
+                    block_table: &[2, 0, 4],
                     want_logits: true,
                 },
             ],
@@ -123,11 +123,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(b.positions, [0, 1, 2, 4]);
-        assert_eq!(b.slot_mapping, [6, 7, 2, 0]);
+        assert_eq!(b.slot_mapping, [6, 7, 2, 8]);
         assert_eq!(b.query_start, [0, 3, 4]);
         assert_eq!(b.context_lens, [3, 5]);
         assert_eq!(b.logits_indices, [2, 3]);
-        assert_eq!(b.block_table(1), [2, 0]);
+        assert_eq!(b.block_table(0), [3, 1, 0]);
+        assert_eq!(b.block_table(1), [2, 0, 4]);
     }
 
     #[test]
