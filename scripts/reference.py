@@ -80,7 +80,7 @@ class Model:
         self.n_head = int(g("attention.head_count"))
         self.n_kv = int(g("attention.head_count_kv"))
         self.d = int(g("embedding_length"))
-        self.hd = self.d // self.n_head
+        self.hd = int(reader.fields[f"{arch}.attention.key_length"].contents()) if f"{arch}.attention.key_length" in reader.fields else self.d // self.n_head
         self.eps = float(g("attention.layer_norm_rms_epsilon"))
         theta = float(g("rope.freq_base"))
         self.inv_freq = 1.0 / theta ** (np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
@@ -88,16 +88,23 @@ class Model:
         for tensor in reader.tensors:
             arr = dequantize(tensor.data, tensor.tensor_type).astype(np.float64)
             t[tensor.name] = arr.reshape([int(x) for x in reversed(tensor.shape)])
+        if "rope_freqs.weight" in t:  # Llama 3.1 scaling as GGUF stores it: per-pair divisors
+            self.inv_freq = self.inv_freq / t["rope_freqs.weight"]
+        # llama.cpp permutes Q/K rows of `llama` models only; qwen2 keeps HF's layout.
+        fix = (lambda w, n: unpermute(w, n)) if arch == "llama" else (lambda w, n: w)
+        zero = lambda n: np.zeros(n)
         self.embed = t["token_embd.weight"]
         self.lm_head = t.get("output.weight", self.embed)
         self.norm = t["output_norm.weight"]
         self.layers = []
         for i in range(self.n_layer):
             p = lambda n: t[f"blk.{i}.{n}.weight"]
+            b = lambda n, size: t.get(f"blk.{i}.{n}.bias", zero(size))
+            q_rows, kv_rows = self.n_head * self.hd, self.n_kv * self.hd
             self.layers.append(dict(
-                attn_norm=p("attn_norm"), q=unpermute(p("attn_q"), self.n_head), k=unpermute(p("attn_k"), self.n_kv),
+                attn_norm=p("attn_norm"), q=fix(p("attn_q"), self.n_head), k=fix(p("attn_k"), self.n_kv),
                 v=p("attn_v"), o=p("attn_output"), ffn_norm=p("ffn_norm"), gate=p("ffn_gate"), up=p("ffn_up"),
-                down=p("ffn_down"),
+                down=p("ffn_down"), bq=b("attn_q", q_rows), bk=b("attn_k", kv_rows), bv=b("attn_v", kv_rows),
             ))
 
     def rms(self, x, w):
@@ -119,9 +126,9 @@ class Model:
         T = len(ids)
         for i, L in enumerate(self.layers):
             h = self.rms(x, L["attn_norm"])
-            q = self.rope((h @ L["q"].T).reshape(T, self.n_head, self.hd), pos)
-            k = self.rope((h @ L["k"].T).reshape(T, self.n_kv, self.hd), pos)
-            v = (h @ L["v"].T).reshape(T, self.n_kv, self.hd)
+            q = self.rope((h @ L["q"].T + L["bq"]).reshape(T, self.n_head, self.hd), pos)
+            k = self.rope((h @ L["k"].T + L["bk"]).reshape(T, self.n_kv, self.hd), pos)
+            v = (h @ L["v"].T + L["bv"]).reshape(T, self.n_kv, self.hd)
             if cache[i] is not None:
                 k = np.concatenate([cache[i][0], k])
                 v = np.concatenate([cache[i][1], v])

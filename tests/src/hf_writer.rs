@@ -6,7 +6,7 @@ use std::path::Path;
 
 use half::{bf16, f16};
 use infer_core::weights::{permute_qk_rows, LayerWeight, WeightName};
-use infer_core::{ModelConfig, ModelFiles};
+use infer_core::{ModelConfig, ModelFiles, RopeStyle};
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::json;
 
@@ -56,8 +56,6 @@ pub fn config_json(c: &ModelConfig) -> serde_json::Value {
         "rope_theta": c.rope_theta,
         "max_position_embeddings": c.max_position_embeddings,
         "tie_word_embeddings": c.tie_word_embeddings,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
     })
 }
 
@@ -73,15 +71,22 @@ pub fn write_hf_dir(files: &ModelFiles, dir: &Path, dtype: SaveDtype) {
         for lw in [AttnNorm, Q, K, V, O, FfnNorm, Gate, Up, Down] {
             names.push(WeightName::Layer(i, lw));
         }
+        if c.attention_bias {
+            for lw in [QBias, KBias, VBias] {
+                names.push(WeightName::Layer(i, lw));
+            }
+        }
     }
     let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for w in names {
         let t = files.weights.load(w, c).unwrap();
+        // Only adjacent-pair (GGUF `llama`) models have permuted Q/K rows to undo.
+        let permuted = c.rope_style == RopeStyle::AdjacentPairs;
         let data = match w {
-            WeightName::Layer(_, LayerWeight::Q) => {
+            WeightName::Layer(_, LayerWeight::Q) if permuted => {
                 permute_qk_rows(&t.data, c.num_heads, c.hidden_size, false)
             }
-            WeightName::Layer(_, LayerWeight::K) => {
+            WeightName::Layer(_, LayerWeight::K) if permuted => {
                 permute_qk_rows(&t.data, c.num_kv_heads, c.hidden_size, false)
             }
             _ => t.data,
@@ -109,17 +114,14 @@ pub fn write_hf_dir(files: &ModelFiles, dir: &Path, dtype: SaveDtype) {
         .map(|(n, s, b)| (n.clone(), TensorView::new(st_dtype, s.clone(), b).unwrap()))
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
-    std::fs::write(dir.join("config.json"), config_json(c).to_string()).unwrap();
+    let mut config = config_json(c);
+    config["eos_token_id"] = files.tokenizer.eos_token_ids().into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     std::fs::write(
         dir.join("tokenizer.json"),
         files.tokenizer.to_json().unwrap(),
     )
     .unwrap();
-    let tk_config = json!({
-        "chat_template": files.tokenizer.chat_template(),
-        "bos_token": "<|im_start|>",
-        "eos_token": "<|im_end|>",
-        "add_bos_token": false,
-    });
+    let tk_config = json!({ "chat_template": files.tokenizer.chat_template() });
     std::fs::write(dir.join("tokenizer_config.json"), tk_config.to_string()).unwrap();
 }

@@ -1,0 +1,116 @@
+//! Tiny random models written by scripts/tiny_models.py (quantized by the `gguf` package) against
+//! its float64 forward: Qwen2 biases and rotate-half RoPE, Llama 3.1 RoPE scaling, an untied
+//! lm_head, GQA 4:1, and F16 / BF16 / Q8_0 / Q4_0 / Q4_1 tensors. Generation runs with 4-token
+//! blocks and 5-token prefill chunks, so attention crosses blocks and chunks.
+
+use infer_core::{GenerationParams, RopeStyle};
+use infer_tests::hf_writer::{write_hf_dir, SaveDtype};
+use infer_tests::{fixtures_dir, load_cpu, max_abs_diff};
+use serde::Deserialize;
+
+const LOGIT_TOLERANCE: f32 = 1e-3;
+
+#[derive(Deserialize)]
+struct Fixture {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    file: String,
+    prompt_ids: Vec<u32>,
+    last_logits: Vec<f32>,
+    greedy_ids: Vec<u32>,
+    greedy_margins: Vec<f32>,
+    llama3_rope_scaling: Option<serde_json::Value>,
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(fixtures_dir().join("tiny/reference.json")).unwrap();
+    serde_json::from_str::<Fixture>(&text).unwrap().cases
+}
+
+fn path(case: &Case) -> String {
+    fixtures_dir()
+        .join("tiny")
+        .join(&case.file)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn logits_and_greedy_tokens_match_float64_reference() {
+    for case in cases() {
+        let m = load_cpu(&path(&case));
+        let c = &m.files.config;
+        let expected_style = if case.name.starts_with("qwen2") {
+            RopeStyle::HalfSplit
+        } else {
+            RopeStyle::AdjacentPairs
+        };
+        assert_eq!(c.rope_style, expected_style, "{}", case.name);
+        assert_eq!(c.attention_bias, case.name.starts_with("qwen2"));
+
+        let diff = max_abs_diff(&m.last_logits(&case.prompt_ids), &case.last_logits);
+        assert!(
+            diff <= LOGIT_TOLERANCE,
+            "{}: max |logit diff| {diff}",
+            case.name
+        );
+
+        let mut gen = m.generator();
+        gen.block_size = 4;
+        gen.prefill_chunk = 5;
+        let params = GenerationParams {
+            max_tokens: case.greedy_ids.len(),
+            temperature: 0.0,
+            seed: None,
+            stop_token_ids: vec![],
+        };
+        let out = gen
+            .generate(&case.prompt_ids, &params, &mut |_| {})
+            .unwrap();
+        if let Some(i) = out
+            .token_ids
+            .iter()
+            .zip(&case.greedy_ids)
+            .position(|(a, b)| a != b)
+        {
+            assert!(
+                case.greedy_margins[i] < 2.0 * LOGIT_TOLERANCE,
+                "{}: token {i} is {} but the reference picked {} (margin {})",
+                case.name,
+                out.token_ids[i],
+                case.greedy_ids[i],
+                case.greedy_margins[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn hf_directories_match_their_gguf() {
+    for case in cases() {
+        let gguf = load_cpu(&path(&case));
+        let dir = tempfile::tempdir().unwrap();
+        write_hf_dir(&gguf.files, dir.path(), SaveDtype::F32);
+        if let Some(scaling) = &case.llama3_rope_scaling {
+            // GGUF carries Llama 3.1 scaling as `rope_freqs`; HF as a config entry.
+            let cfg_path = dir.path().join("config.json");
+            let mut cfg: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+            let mut s = scaling.clone();
+            s["rope_type"] = "llama3".into();
+            cfg["rope_scaling"] = s;
+            std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+        }
+        let hf = load_cpu(dir.path().to_str().unwrap());
+        assert_eq!(hf.files.config.rope_style, RopeStyle::HalfSplit);
+        let diff = max_abs_diff(
+            &gguf.last_logits(&case.prompt_ids),
+            &hf.last_logits(&case.prompt_ids),
+        );
+        assert!(diff < 1e-4, "{}: max |logit diff| {diff}", case.name);
+    }
+}
