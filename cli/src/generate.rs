@@ -48,8 +48,9 @@ pub struct GenerateArgs {
     max_model_len: Option<usize>,
 }
 
-pub fn run(args: GenerateArgs) -> Result<()> {
-    if let Some(n) = args.threads {
+/// Sizes rayon's global pool (default: all cores).
+pub fn init_threads(threads: Option<usize>) -> Result<()> {
+    if let Some(n) = threads {
         if n == 0 {
             bail!("--threads must be at least 1");
         }
@@ -58,6 +59,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             .build_global()
             .context("configuring the thread pool")?;
     }
+    Ok(())
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    init_threads(args.threads)?;
     match args.backend {
         BackendKind::Cpu => run_with(&CpuBackend::new(), &args),
         BackendKind::Wgpu | BackendKind::Cuda => bail!(

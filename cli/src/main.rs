@@ -1,5 +1,6 @@
 //! `infer`: LLM inference from the command line.
 
+mod bench;
 mod generate;
 
 use anyhow::Result;
@@ -16,6 +17,9 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it as it is produced.
     Generate(generate::GenerateArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 fn main() {
@@ -35,5 +39,6 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
     }
 }

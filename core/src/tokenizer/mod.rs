@@ -30,6 +30,7 @@ fn tk_err(e: impl std::fmt::Display) -> InferError {
 impl Tokenizer {
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let parts = gguf::build(g)?;
+        tracing::debug!(add_bos = parts.add_bos, eos = ?parts.eos_ids, "GGUF tokenizer built");
         let name = |id: Option<u32>| id.and_then(|i| parts.tokenizer.id_to_token(i));
         Ok(Tokenizer {
             bos_token: name(parts.bos),
@@ -41,7 +42,6 @@ impl Tokenizer {
                 .map(str::to_string),
             inner: parts.tokenizer,
         })
-        .inspect(|t| tracing::debug!(add_bos = parts.add_bos, eos = ?t.eos_token_ids, "GGUF tokenizer built"))
     }
 
     /// Loads `tokenizer.json` (+ `tokenizer_config.json`) from an HF model directory;
