@@ -7,10 +7,9 @@ use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use indicatif::ProgressBar;
 use infer_core::{open_model, Backend, GenerationParams, Generator, LlamaModel};
-use infer_cpu::CpuBackend;
 use serde_json::json;
 
-use crate::generate::{init_threads, BackendKind};
+use crate::generate::{init_threads, BackendKind, CpuWeights};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -24,6 +23,8 @@ pub struct LatencyArgs {
     model: String,
     #[arg(long, value_enum, default_value = "cpu")]
     backend: BackendKind,
+    #[arg(long, value_enum, default_value = "packed")]
+    cpu_weights: CpuWeights,
     /// Prompt length in tokens (ids drawn deterministically from the vocabulary).
     #[arg(long, default_value_t = 128)]
     prompt_len: usize,
@@ -45,7 +46,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Latency(args) => {
             init_threads(args.threads)?;
             match args.backend {
-                BackendKind::Cpu => latency(&CpuBackend::new(), &args),
+                BackendKind::Cpu => latency(&args.cpu_weights.backend(), &args),
                 other => bail!(
                     "the {other:?} backend is not available in this build yet; use --backend cpu"
                 ),

@@ -18,6 +18,24 @@ pub enum BackendKind {
     Cuda,
 }
 
+/// How the CPU backend holds Q4_0 / Q4_1 / Q8_0 weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CpuWeights {
+    /// As stored, decoded inside the matmul (fast).
+    Packed,
+    /// Dequantized to f32 at load (the plain reference path).
+    F32,
+}
+
+impl CpuWeights {
+    pub fn backend(self) -> CpuBackend {
+        match self {
+            CpuWeights::Packed => CpuBackend::new(),
+            CpuWeights::F32 => CpuBackend::f32_weights(),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// GGUF file, HF model directory, or Hugging Face hub id (org/name).
@@ -37,6 +55,8 @@ pub struct GenerateArgs {
     chat: bool,
     #[arg(long, value_enum, default_value = "cpu")]
     backend: BackendKind,
+    #[arg(long, value_enum, default_value = "packed")]
+    cpu_weights: CpuWeights,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -65,7 +85,7 @@ pub fn init_threads(threads: Option<usize>) -> Result<()> {
 pub fn run(args: GenerateArgs) -> Result<()> {
     init_threads(args.threads)?;
     match args.backend {
-        BackendKind::Cpu => run_with(&CpuBackend::new(), &args),
+        BackendKind::Cpu => run_with(&args.cpu_weights.backend(), &args),
         BackendKind::Wgpu | BackendKind::Cuda => bail!(
             "the {:?} backend is not available in this build yet; use --backend cpu",
             args.backend

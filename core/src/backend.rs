@@ -5,7 +5,7 @@
 use crate::batch::BatchInput;
 use crate::config::RopeStyle;
 use crate::error::Result;
-use crate::weights::HostTensor;
+use crate::weights::{HostTensor, PackedTensor};
 
 /// A tensor living in the backend's memory.
 pub trait DeviceTensor {
@@ -51,6 +51,12 @@ pub trait Backend {
 
     /// Copies a host tensor (weights, tables) into backend memory.
     fn upload(&self, tensor: &HostTensor) -> Result<Self::Tensor>;
+    /// Takes a block-quantized weight as stored, for backends whose `matmul` (and `embedding`)
+    /// compute on such blocks directly. `None` (the default) makes the loader dequantize it to
+    /// f32 and call `upload` instead.
+    fn upload_packed(&self, _tensor: &PackedTensor) -> Result<Option<Self::Tensor>> {
+        Ok(None)
+    }
     fn upload_batch(&self, batch: &BatchInput) -> Result<Self::Batch>;
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<Self::KvCache>;
     /// Reads a tensor back; waits for all enqueued work that produces it.

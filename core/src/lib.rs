@@ -25,4 +25,4 @@ pub use generate::{FinishReason, GenerationOutput, GenerationParams, Generator};
 pub use loader::{open_model, ModelFiles};
 pub use model::LlamaModel;
 pub use tokenizer::{ChatMessage, Tokenizer};
-pub use weights::{HostTensor, WeightSource};
+pub use weights::{HostTensor, PackedTensor, WeightSource};

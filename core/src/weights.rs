@@ -3,6 +3,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{InferError, Result};
+use crate::gguf::GgmlType;
 
 /// A dense row-major f32 tensor in host memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +16,30 @@ impl HostTensor {
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
         debug_assert_eq!(shape.iter().product::<usize>(), data.len());
         HostTensor { shape, data }
+    }
+}
+
+/// A block-quantized matrix kept as stored (GGUF Q4_0 / Q4_1 / Q8_0): row-major `[rows, cols]`,
+/// each row a whole number of 32-element blocks. Backends that compute on such blocks directly
+/// read 4-6x fewer bytes per token than from f32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackedTensor {
+    pub shape: Vec<usize>,
+    pub dtype: GgmlType,
+    pub data: Vec<u8>,
+}
+
+impl PackedTensor {
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        let (per_block, bytes) = self.dtype.block();
+        self.shape.last().copied().unwrap_or(0) / per_block * bytes
+    }
+
+    pub fn dequantize(&self) -> HostTensor {
+        let mut data = vec![0f32; self.shape.iter().product()];
+        self.dtype.dequantize(&self.data, &mut data);
+        HostTensor::new(self.shape.clone(), data)
     }
 }
 
@@ -73,24 +98,49 @@ pub trait WeightSource: Send + Sync {
     /// Loads and dequantizes one weight to f32, shape as stored (row-major).
     fn load_raw(&self, w: WeightName) -> Result<HostTensor>;
 
+    /// The weight's blocks as stored, when it is block-quantized; `None` otherwise.
+    fn load_packed_raw(&self, _w: WeightName) -> Result<Option<PackedTensor>> {
+        Ok(None)
+    }
+
     /// Loads a weight and checks its shape against the config.
     fn load(&self, w: WeightName, config: &ModelConfig) -> Result<HostTensor> {
-        if !self.contains(w) {
-            return Err(InferError::MissingTensor {
-                name: self.tensor_name(w),
-                source_name: self.source_name(),
-            });
-        }
+        self.check_present(w)?;
         let t = self.load_raw(w)?;
+        self.check_shape(w, config, &t.shape)?;
+        Ok(t)
+    }
+
+    /// Like `load`, but keeps block-quantized weights packed (`None` for other types).
+    fn load_packed(&self, w: WeightName, config: &ModelConfig) -> Result<Option<PackedTensor>> {
+        self.check_present(w)?;
+        let packed = self.load_packed_raw(w)?;
+        if let Some(p) = &packed {
+            self.check_shape(w, config, &p.shape)?;
+        }
+        Ok(packed)
+    }
+
+    fn check_present(&self, w: WeightName) -> Result<()> {
+        if self.contains(w) {
+            return Ok(());
+        }
+        Err(InferError::MissingTensor {
+            name: self.tensor_name(w),
+            source_name: self.source_name(),
+        })
+    }
+
+    fn check_shape(&self, w: WeightName, config: &ModelConfig, shape: &[usize]) -> Result<()> {
         let expected = w.expected_shape(config);
-        if t.shape != expected {
+        if shape != expected {
             return Err(InferError::ShapeMismatch {
                 name: self.tensor_name(w),
                 expected,
-                actual: t.shape,
+                actual: shape.to_vec(),
             });
         }
-        Ok(t)
+        Ok(())
     }
 }
 

@@ -6,7 +6,9 @@ pub mod hf_writer;
 
 use std::path::PathBuf;
 
-use infer_core::{open_model, BatchInput, Generator, LlamaModel, ModelFiles, SequenceChunk};
+use infer_core::{
+    open_model, Backend, BatchInput, Generator, LlamaModel, ModelFiles, SequenceChunk,
+};
 use infer_cpu::CpuBackend;
 
 pub fn workspace_root() -> PathBuf {
@@ -31,22 +33,37 @@ pub fn fixtures_dir() -> PathBuf {
     workspace_root().join("fixtures")
 }
 
+/// Both ways the CPU backend can hold weights; reference tests run on each.
+pub fn cpu_backends() -> [CpuBackend; 2] {
+    [CpuBackend::new(), CpuBackend::f32_weights()]
+}
+
 pub struct Loaded {
     pub files: ModelFiles,
     pub model: LlamaModel<CpuBackend>,
+    pub backend: CpuBackend,
 }
 
+/// Loads on the default CPU backend (block-quantized matrices kept packed).
 pub fn load_cpu(spec: &str) -> Loaded {
+    load_cpu_with(spec, CpuBackend::new())
+}
+
+pub fn load_cpu_with(spec: &str, backend: CpuBackend) -> Loaded {
     let files = open_model(spec).unwrap_or_else(|e| panic!("opening {spec}: {e}"));
     let model = LlamaModel::load(
-        &CpuBackend,
+        &backend,
         &files.config,
         files.weights.as_ref(),
         None,
         &mut |_, _| {},
     )
     .unwrap_or_else(|e| panic!("loading {spec}: {e}"));
-    Loaded { files, model }
+    Loaded {
+        files,
+        model,
+        backend,
+    }
 }
 
 impl Loaded {
@@ -54,26 +71,24 @@ impl Loaded {
     pub fn last_logits(&self, ids: &[u32]) -> Vec<f32> {
         let bs = 16;
         let blocks = ids.len().div_ceil(bs);
-        let mut kv =
-            infer_core::Backend::alloc_kv_cache(&CpuBackend, &self.model.kv_cache_spec(blocks, bs))
-                .unwrap();
+        let mut kv = self
+            .backend
+            .alloc_kv_cache(&self.model.kv_cache_spec(blocks, bs))
+            .unwrap();
         let table: Vec<u32> = (0..blocks as u32).collect();
-        let batch = BatchInput::build(
-            &[SequenceChunk {
-                tokens: ids,
-                num_computed: 0,
-                block_table: &table,
-                want_logits: true,
-            }],
-            bs,
-        )
-        .unwrap();
-        let logits = self.model.forward(&CpuBackend, &batch, &mut kv).unwrap();
-        logits.data().to_vec()
+        let chunk = SequenceChunk {
+            tokens: ids,
+            num_computed: 0,
+            block_table: &table,
+            want_logits: true,
+        };
+        let batch = BatchInput::build(&[chunk], bs).unwrap();
+        let logits = self.model.forward(&self.backend, &batch, &mut kv).unwrap();
+        logits.as_f32().unwrap().to_vec()
     }
 
     pub fn generator(&self) -> Generator<'_, CpuBackend> {
-        Generator::new(&CpuBackend, &self.model, &self.files.tokenizer)
+        Generator::new(&self.backend, &self.model, &self.files.tokenizer)
     }
 }
 

@@ -1,7 +1,9 @@
 //! The CPU backend against the float64 numpy reference (scripts/reference.py), on SmolLM2.
 
 use infer_core::{ChatMessage, GenerationParams};
-use infer_tests::{fixtures_dir, load_cpu, max_abs_diff, smollm2_path, Loaded};
+use infer_tests::{
+    cpu_backends, fixtures_dir, load_cpu, load_cpu_with, max_abs_diff, smollm2_path, Loaded,
+};
 use serde::Deserialize;
 
 /// Largest |logit - reference| allowed at the last prompt position. Logits span about ±30;
@@ -87,21 +89,28 @@ fn prompt_ids_match_reference_tokenizer() {
 #[test]
 fn last_position_logits_match_float64_reference() {
     let f = fixture();
-    let m = load_cpu(&smollm2_path());
-    for case in &f.cases {
-        let bytes = std::fs::read(fixtures_dir().join(&case.logits_file)).unwrap();
-        let reference: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        let ours = m.last_logits(&case.prompt_ids);
-        let diff = max_abs_diff(&ours, &reference);
-        eprintln!("{}: max |logit diff| = {diff:.2e}", case.name);
-        assert!(
-            diff <= LOGIT_TOLERANCE,
-            "{}: max |logit diff| {diff} > {LOGIT_TOLERANCE}",
-            case.name
-        );
+    // Both weight modes: packed Q4_1/Q8_0 decoded in the matmul, and f32 dequantized at load.
+    for backend in cpu_backends() {
+        let m = load_cpu_with(&smollm2_path(), backend);
+        for case in &f.cases {
+            let bytes = std::fs::read(fixtures_dir().join(&case.logits_file)).unwrap();
+            let reference: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            let ours = m.last_logits(&case.prompt_ids);
+            let diff = max_abs_diff(&ours, &reference);
+            eprintln!(
+                "{} {}: max |logit diff| = {diff:.2e}",
+                infer_core::Backend::name(&backend),
+                case.name
+            );
+            assert!(
+                diff <= LOGIT_TOLERANCE,
+                "{}: max |logit diff| {diff} > {LOGIT_TOLERANCE}",
+                case.name
+            );
+        }
     }
 }
 

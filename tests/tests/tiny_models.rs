@@ -5,7 +5,7 @@
 
 use infer_core::{GenerationParams, RopeStyle};
 use infer_tests::hf_writer::{write_hf_dir, SaveDtype};
-use infer_tests::{fixtures_dir, load_cpu, max_abs_diff};
+use infer_tests::{cpu_backends, fixtures_dir, load_cpu, load_cpu_with, max_abs_diff};
 use serde::Deserialize;
 
 const LOGIT_TOLERANCE: f32 = 1e-3;
@@ -15,7 +15,7 @@ struct Fixture {
     cases: Vec<Case>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 struct Case {
     name: String,
     file: String,
@@ -41,8 +41,11 @@ fn path(case: &Case) -> String {
 
 #[test]
 fn logits_and_greedy_tokens_match_float64_reference() {
-    for case in cases() {
-        let m = load_cpu(&path(&case));
+    for (case, backend) in cases()
+        .into_iter()
+        .flat_map(|c| cpu_backends().map(|b| (c.clone(), b)))
+    {
+        let m = load_cpu_with(&path(&case), backend);
         let c = &m.files.config;
         let expected_style = if case.name.starts_with("qwen2") {
             RopeStyle::HalfSplit

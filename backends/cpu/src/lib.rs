@@ -1,37 +1,81 @@
-//! The CPU backend: pure Rust, f32, multithreaded with rayon (GEMMs through the `gemm` crate).
-//! It is the reference every other backend is tested against, and the fallback without a GPU.
+//! The CPU backend: pure Rust, f32 math, multithreaded with rayon (GEMMs through the `gemm`
+//! crate). It is the reference every other backend is tested against, and the fallback without
+//! a GPU. By default Q4_0 / Q4_1 / Q8_0 matrices stay packed and are decoded inside the matmul
+//! (same f32 values, 4-6x less memory traffic); `CpuBackend::f32_weights()` dequantizes
+//! everything at load instead.
 
 mod attention;
 mod matmul;
 mod ops;
+mod quant;
 
+use infer_core::gguf::GgmlType;
 use infer_core::{
     AttentionParams, Backend, BatchInput, DeviceTensor, HostTensor, InferError, KvCacheSpec,
-    Result, RopeStyle,
+    PackedTensor, Result, RopeStyle,
 };
 
 pub use matmul::matmul;
+pub use quant::matmul_packed;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Storage {
+    F32(Vec<f32>),
+    /// Block-quantized rows as stored in GGUF.
+    Packed {
+        dtype: GgmlType,
+        data: Vec<u8>,
+    },
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CpuTensor {
     shape: Vec<usize>,
-    data: Vec<f32>,
+    storage: Storage,
 }
 
 impl CpuTensor {
     fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
         debug_assert_eq!(shape.iter().product::<usize>(), data.len());
-        CpuTensor { shape, data }
+        CpuTensor {
+            shape,
+            storage: Storage::F32(data),
+        }
     }
 
     /// Rows and row length of a tensor seen as a matrix (last dim = columns).
     fn rows_cols(&self) -> (usize, usize) {
         let cols = self.shape.last().copied().unwrap_or(1);
-        (self.data.len() / cols.max(1), cols)
+        (self.shape.iter().product::<usize>() / cols.max(1), cols)
     }
 
-    pub fn data(&self) -> &[f32] {
-        &self.data
+    /// The values of an f32 tensor (`None` for packed weights).
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.storage {
+            Storage::F32(d) => Some(d),
+            Storage::Packed { .. } => None,
+        }
+    }
+
+    fn f32(&self, op: &str) -> Result<&[f32]> {
+        self.as_f32().ok_or_else(|| {
+            shape_err(
+                op,
+                format!(
+                    "{:?} is packed; only matmul and embedding take packed weights",
+                    self.shape
+                ),
+            )
+        })
+    }
+
+    fn f32_mut(&mut self, op: &str) -> Result<&mut Vec<f32>> {
+        match &mut self.storage {
+            Storage::F32(d) => Ok(d),
+            Storage::Packed { .. } => {
+                Err(shape_err(op, "cannot write into a packed tensor".into()))
+            }
+        }
     }
 }
 
@@ -48,12 +92,30 @@ pub struct CpuKvCache {
     v: Vec<Vec<f32>>,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-pub struct CpuBackend;
+#[derive(Debug, Clone, Copy)]
+pub struct CpuBackend {
+    packed_weights: bool,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl CpuBackend {
+    /// Keeps Q4_0 / Q4_1 / Q8_0 matrices packed (the fast default).
     pub fn new() -> Self {
-        CpuBackend
+        CpuBackend {
+            packed_weights: true,
+        }
+    }
+
+    /// Dequantizes every weight to f32 at load: the plain reference path.
+    pub fn f32_weights() -> Self {
+        CpuBackend {
+            packed_weights: false,
+        }
     }
 }
 
@@ -80,11 +142,31 @@ impl Backend for CpuBackend {
     type KvCache = CpuKvCache;
 
     fn name(&self) -> String {
-        format!("cpu ({} threads)", rayon::current_num_threads())
+        let weights = if self.packed_weights { "packed" } else { "f32" };
+        format!(
+            "cpu ({} threads, {weights} weights)",
+            rayon::current_num_threads()
+        )
     }
 
     fn upload(&self, t: &HostTensor) -> Result<CpuTensor> {
         Ok(CpuTensor::new(t.shape.clone(), t.data.clone()))
+    }
+
+    fn upload_packed(&self, t: &PackedTensor) -> Result<Option<CpuTensor>> {
+        let (per_block, _) = t.dtype.block();
+        let usable = self.packed_weights
+            && t.dtype.is_block_quantized()
+            && t.shape.len() == 2
+            && t.shape[1].is_multiple_of(per_block)
+            && t.data.len() == t.shape[0] * t.row_bytes();
+        Ok(usable.then(|| CpuTensor {
+            shape: t.shape.clone(),
+            storage: Storage::Packed {
+                dtype: t.dtype,
+                data: t.data.clone(),
+            },
+        }))
     }
 
     fn upload_batch(&self, batch: &BatchInput) -> Result<BatchInput> {
@@ -101,7 +183,7 @@ impl Backend for CpuBackend {
     }
 
     fn to_host(&self, t: &CpuTensor) -> Result<HostTensor> {
-        Ok(HostTensor::new(t.shape.clone(), t.data.clone()))
+        Ok(HostTensor::new(t.shape.clone(), t.f32("to_host")?.to_vec()))
     }
 
     fn embedding(&self, table: &CpuTensor, batch: &BatchInput) -> Result<CpuTensor> {
@@ -112,13 +194,18 @@ impl Backend for CpuBackend {
                 format!("token {t} >= vocab {vocab}"),
             ));
         }
-        let data = ops::gather_rows(&table.data, d, &batch.token_ids);
+        let data = match &table.storage {
+            Storage::F32(t) => ops::gather_rows(t, d, &batch.token_ids),
+            Storage::Packed { dtype, data } => {
+                quant::gather_rows_packed(data, *dtype, d, &batch.token_ids)
+            }
+        };
         Ok(CpuTensor::new(vec![batch.num_tokens(), d], data))
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuTensor, eps: f32) -> Result<CpuTensor> {
         let (_, d) = x.rows_cols();
-        if w.data.len() != d {
+        if w.shape.iter().product::<usize>() != d {
             return Err(shape_err(
                 "rms_norm",
                 format!("x {:?} weight {:?}", x.shape, w.shape),
@@ -126,7 +213,7 @@ impl Backend for CpuBackend {
         }
         Ok(CpuTensor::new(
             x.shape.clone(),
-            ops::rms_norm(&x.data, &w.data, eps),
+            ops::rms_norm(x.f32("rms_norm")?, w.f32("rms_norm")?, eps),
         ))
     }
 
@@ -139,20 +226,22 @@ impl Backend for CpuBackend {
                 format!("x {:?} · w {:?}ᵀ", x.shape, w.shape),
             ));
         }
-        Ok(CpuTensor::new(
-            vec![m, n],
-            matmul::matmul(&x.data, &w.data, m, k, n),
-        ))
+        let x = x.f32("matmul")?;
+        let out = match &w.storage {
+            Storage::F32(w) => matmul::matmul(x, w, m, k, n),
+            Storage::Packed { dtype, data } => quant::matmul_packed(x, data, *dtype, m, k, n),
+        };
+        Ok(CpuTensor::new(vec![m, n], out))
     }
 
     fn add_bias(&self, x: &mut CpuTensor, bias: &CpuTensor) -> Result<()> {
-        if x.rows_cols().1 != bias.data.len() {
+        if x.rows_cols().1 != bias.shape.iter().product::<usize>() {
             return Err(shape_err(
                 "add_bias",
                 format!("x {:?} bias {:?}", x.shape, bias.shape),
             ));
         }
-        ops::add_bias(&mut x.data, &bias.data);
+        ops::add_bias(x.f32_mut("add_bias")?, bias.f32("add_bias")?);
         Ok(())
     }
 
@@ -160,7 +249,7 @@ impl Backend for CpuBackend {
         if x.shape != y.shape {
             return Err(shape_err("add", format!("{:?} + {:?}", x.shape, y.shape)));
         }
-        ops::add_assign(&mut x.data, &y.data);
+        ops::add_assign(x.f32_mut("add")?, y.f32("add")?);
         Ok(())
     }
 
@@ -173,7 +262,7 @@ impl Backend for CpuBackend {
         }
         Ok(CpuTensor::new(
             gate.shape.clone(),
-            ops::silu_mul(&gate.data, &up.data),
+            ops::silu_mul(gate.f32("silu_mul")?, up.f32("silu_mul")?),
         ))
     }
 
@@ -206,13 +295,8 @@ impl Backend for CpuBackend {
                 format!("position {p} beyond the table of {max_pos}"),
             ));
         }
-        ops::rope(
-            &mut x.data,
-            &batch.positions,
-            &cos_sin.data,
-            head_dim,
-            style,
-        );
+        let table = cos_sin.f32("rope")?;
+        ops::rope(x.f32_mut("rope")?, &batch.positions, table, head_dim, style);
         Ok(())
     }
 
@@ -240,8 +324,18 @@ impl Backend for CpuBackend {
                 format!("slot {slot} outside the cache of {slots}"),
             ));
         }
-        attention::write_kv(&mut cache.k[layer], &k.data, &batch.slot_mapping, kv_dim);
-        attention::write_kv(&mut cache.v[layer], &v.data, &batch.slot_mapping, kv_dim);
+        attention::write_kv(
+            &mut cache.k[layer],
+            k.f32("write_kv")?,
+            &batch.slot_mapping,
+            kv_dim,
+        );
+        attention::write_kv(
+            &mut cache.v[layer],
+            v.f32("write_kv")?,
+            &batch.slot_mapping,
+            kv_dim,
+        );
         Ok(())
     }
 
@@ -276,7 +370,13 @@ impl Backend for CpuBackend {
                 format!("block {b} outside the cache of {}", s.num_blocks),
             ));
         }
-        let out = attention::paged_attention(&q.data, &cache.k[layer], &cache.v[layer], batch, p);
+        let out = attention::paged_attention(
+            q.f32("paged_attention")?,
+            &cache.k[layer],
+            &cache.v[layer],
+            batch,
+            p,
+        );
         Ok(CpuTensor::new(q.shape.clone(), out))
     }
 
@@ -285,7 +385,7 @@ impl Backend for CpuBackend {
         if let Some(r) = batch.logits_indices.iter().find(|&&r| r as usize >= rows) {
             return Err(shape_err("gather_logit_rows", format!("row {r} of {rows}")));
         }
-        let data = ops::gather_rows(&x.data, d, &batch.logits_indices);
+        let data = ops::gather_rows(x.f32("gather_logit_rows")?, d, &batch.logits_indices);
         Ok(CpuTensor::new(vec![batch.logits_indices.len(), d], data))
     }
 }

@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 /// Up to this many rows use the streaming path; above it GEMM's blocking wins.
-const SMALL_M: usize = 8;
+pub(crate) const SMALL_M: usize = 8;
 
 pub fn matmul(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     debug_assert_eq!(x.len(), m * k);
@@ -17,35 +17,57 @@ pub fn matmul(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     if m <= SMALL_M {
         matmul_small_m(x, w, m, k, n, &mut out);
     } else {
-        // SAFETY: `out` is m×n row-major (row stride n, column stride 1); `x` is m×k row-major;
-        // `w` is n×k row-major, read as the k×n right-hand side with row stride 1 and column
-        // stride k. All three slices have exactly those sizes (checked above / allocated here)
-        // and `out` does not alias the inputs.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                out.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                x.as_ptr(),
-                1,
-                k as isize,
-                w.as_ptr(),
-                k as isize,
-                1,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::Rayon(rayon::current_num_threads()),
-            );
-        }
+        gemm_into(x, w, m, k, n, &mut out, true);
     }
     out
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` through the `gemm` crate, on all threads when `parallel`.
+pub(crate) fn gemm_into(
+    x: &[f32],
+    w: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    out: &mut [f32],
+    parallel: bool,
+) {
+    assert!(
+        x.len() == m * k && w.len() == n * k && out.len() == m * n,
+        "gemm_into: bad sizes"
+    );
+    let parallelism = if parallel {
+        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: `out` is m×n row-major (row stride n, column stride 1); `x` is m×k row-major;
+    // `w` is n×k row-major, read as the k×n right-hand side with row stride 1 and column
+    // stride k. The assert above checks all three sizes, and `out` is a distinct `&mut`
+    // borrow, so it does not alias the inputs.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
 }
 
 fn matmul_small_m(x: &[f32], w: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {

@@ -29,8 +29,13 @@ impl GgmlType {
         })
     }
 
+    /// Whether values are packed in 32-element blocks with scales (Q4_0, Q4_1, Q8_0).
+    pub fn is_block_quantized(self) -> bool {
+        matches!(self, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    }
+
     /// (elements per block, bytes per block)
-    fn block(self) -> (usize, usize) {
+    pub fn block(self) -> (usize, usize) {
         match self {
             GgmlType::F32 => (1, 4),
             GgmlType::F16 | GgmlType::BF16 => (1, 2),

@@ -8,7 +8,7 @@ pub use reader::{GgufFile, GgufTensorInfo, GgufValue};
 
 use crate::config::{ModelConfig, RopeScaling, RopeStyle};
 use crate::error::{InferError, Result};
-use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
+use crate::weights::{HostTensor, LayerWeight, PackedTensor, WeightName, WeightSource};
 
 impl GgufFile {
     fn arch_key(&self, key: &str) -> String {
@@ -132,6 +132,18 @@ impl GgufFile {
     }
 }
 
+impl GgufFile {
+    fn info(&self, w: WeightName) -> Result<&GgufTensorInfo> {
+        let name = self.tensor_name(w);
+        self.tensors
+            .get(&name)
+            .ok_or_else(|| InferError::MissingTensor {
+                name,
+                source_name: self.source_name(),
+            })
+    }
+}
+
 impl WeightSource for GgufFile {
     fn source_name(&self) -> String {
         self.path.display().to_string()
@@ -167,14 +179,18 @@ impl WeightSource for GgufFile {
     }
 
     fn load_raw(&self, w: WeightName) -> Result<HostTensor> {
-        let name = self.tensor_name(w);
-        let info = self
-            .tensors
-            .get(&name)
-            .ok_or_else(|| InferError::MissingTensor {
-                name: name.clone(),
-                source_name: self.source_name(),
-            })?;
-        self.dequantize(info)
+        self.dequantize(self.info(w)?)
+    }
+
+    fn load_packed_raw(&self, w: WeightName) -> Result<Option<PackedTensor>> {
+        let info = self.info(w)?;
+        if !info.dtype.is_block_quantized() || info.shape.len() != 2 {
+            return Ok(None);
+        }
+        Ok(Some(PackedTensor {
+            shape: info.shape.clone(),
+            dtype: info.dtype,
+            data: self.tensor_bytes(info).to_vec(),
+        }))
     }
 }

@@ -21,6 +21,33 @@ struct Layer<T> {
     down: T,
 }
 
+/// Matrices go to the backend packed when it takes them that way; everything else as f32.
+fn upload_weight<B: Backend>(
+    backend: &B,
+    weights: &dyn WeightSource,
+    config: &ModelConfig,
+    w: WeightName,
+) -> Result<B::Tensor> {
+    let is_matrix = !matches!(
+        w,
+        WeightName::FinalNorm
+            | WeightName::Layer(_, LayerWeight::AttnNorm | LayerWeight::FfnNorm)
+            | WeightName::Layer(
+                _,
+                LayerWeight::QBias | LayerWeight::KBias | LayerWeight::VBias
+            )
+    );
+    if is_matrix {
+        if let Some(packed) = weights.load_packed(w, config)? {
+            return match backend.upload_packed(&packed)? {
+                Some(t) => Ok(t),
+                None => backend.upload(&packed.dequantize()),
+            };
+        }
+    }
+    backend.upload(&weights.load(w, config)?)
+}
+
 pub struct LlamaModel<B: Backend> {
     config: ModelConfig,
     max_model_len: usize,
@@ -64,7 +91,7 @@ impl<B: Backend> LlamaModel<B> {
         let total = 3 + per_layer * config.num_layers;
         let mut done = 0;
         let mut load = |w: WeightName| -> Result<B::Tensor> {
-            let t = backend.upload(&weights.load(w, config)?)?;
+            let t = upload_weight(backend, weights, config, w)?;
             done += 1;
             progress(done, total);
             Ok(t)
