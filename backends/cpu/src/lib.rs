@@ -1,7 +1,7 @@
 //! The CPU backend: pure Rust, f32 math, multithreaded with rayon (GEMMs through the `gemm`
 //! crate). It is the reference every other backend is tested against, and the fallback without
 //! a GPU. By default Q4_0 / Q4_1 / Q8_0 matrices stay packed and are decoded inside the matmul
-//! (same f32 values, 4-6x less memory traffic); `CpuBackend::f32_weights()` dequantizes
+//! (f32 math, 4-6x less memory traffic); `CpuBackend::f32_weights()` dequantizes
 //! everything at load instead.
 
 mod attention;
