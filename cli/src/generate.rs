@@ -68,18 +68,18 @@ pub struct GenerateArgs {
     max_model_len: Option<usize>,
 }
 
-/// Sizes rayon's global pool (default: all cores).
+/// Builds rayon's global pool (default: one thread per core). The calling thread is one of the
+/// workers, so the forward's parallel ops start without a hand-off to another thread.
 pub fn init_threads(threads: Option<usize>) -> Result<()> {
-    if let Some(n) = threads {
-        if n == 0 {
-            bail!("--threads must be at least 1");
-        }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .context("configuring the thread pool")?;
+    if threads == Some(0) {
+        bail!("--threads must be at least 1");
     }
-    Ok(())
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .use_current_thread()
+        .build_global()
+        .context("configuring the thread pool")
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
