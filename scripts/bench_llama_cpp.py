@@ -19,7 +19,9 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
-    llm = Llama(model_path=a.model, n_ctx=a.prompt_len + a.gen_len + 8, n_batch=512, n_threads=a.threads,
+    n_ctx = a.prompt_len + a.gen_len + 8
+    # n_batch = n_ctx: the whole prompt in one batch, and room for every position's logits.
+    llm = Llama(model_path=a.model, n_ctx=n_ctx, n_batch=n_ctx, n_threads=a.threads,
                 n_threads_batch=a.threads, verbose=False)
     vocab = llm.n_vocab()
     prompt = [(1000 + i * 7919) % vocab for i in range(a.prompt_len)]  # same ids as infer's bench

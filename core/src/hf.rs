@@ -117,6 +117,32 @@ fn parse_rope_scaling(v: Option<&serde_json::Value>) -> Result<Option<RopeScalin
     }
 }
 
+/// The name HF Llama-family checkpoints give a canonical weight.
+pub fn hf_tensor_name(w: WeightName) -> String {
+    match w {
+        WeightName::Embed => "model.embed_tokens.weight".into(),
+        WeightName::FinalNorm => "model.norm.weight".into(),
+        WeightName::LmHead => "lm_head.weight".into(),
+        WeightName::Layer(i, lw) => {
+            let s = match lw {
+                LayerWeight::AttnNorm => "input_layernorm.weight",
+                LayerWeight::Q => "self_attn.q_proj.weight",
+                LayerWeight::K => "self_attn.k_proj.weight",
+                LayerWeight::V => "self_attn.v_proj.weight",
+                LayerWeight::QBias => "self_attn.q_proj.bias",
+                LayerWeight::KBias => "self_attn.k_proj.bias",
+                LayerWeight::VBias => "self_attn.v_proj.bias",
+                LayerWeight::O => "self_attn.o_proj.weight",
+                LayerWeight::FfnNorm => "post_attention_layernorm.weight",
+                LayerWeight::Gate => "mlp.gate_proj.weight",
+                LayerWeight::Up => "mlp.up_proj.weight",
+                LayerWeight::Down => "mlp.down_proj.weight",
+            };
+            format!("model.layers.{i}.{s}")
+        }
+    }
+}
+
 struct Shard {
     path: PathBuf,
     mmap: Mmap,
@@ -209,28 +235,7 @@ impl WeightSource for SafetensorsWeights {
     }
 
     fn tensor_name(&self, w: WeightName) -> String {
-        match w {
-            WeightName::Embed => "model.embed_tokens.weight".into(),
-            WeightName::FinalNorm => "model.norm.weight".into(),
-            WeightName::LmHead => "lm_head.weight".into(),
-            WeightName::Layer(i, lw) => {
-                let s = match lw {
-                    LayerWeight::AttnNorm => "input_layernorm.weight",
-                    LayerWeight::Q => "self_attn.q_proj.weight",
-                    LayerWeight::K => "self_attn.k_proj.weight",
-                    LayerWeight::V => "self_attn.v_proj.weight",
-                    LayerWeight::QBias => "self_attn.q_proj.bias",
-                    LayerWeight::KBias => "self_attn.k_proj.bias",
-                    LayerWeight::VBias => "self_attn.v_proj.bias",
-                    LayerWeight::O => "self_attn.o_proj.weight",
-                    LayerWeight::FfnNorm => "post_attention_layernorm.weight",
-                    LayerWeight::Gate => "mlp.gate_proj.weight",
-                    LayerWeight::Up => "mlp.up_proj.weight",
-                    LayerWeight::Down => "mlp.down_proj.weight",
-                };
-                format!("model.layers.{i}.{s}")
-            }
-        }
+        hf_tensor_name(w)
     }
 
     fn contains(&self, w: WeightName) -> bool {

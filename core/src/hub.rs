@@ -87,7 +87,8 @@ fn fetch_from_hub(id: &str) -> Result<PathBuf> {
         let Some(api) = &api else { return Ok(None) };
         match api.get(file) {
             Ok(p) => Ok(Some(p)),
-            Err(hf_hub::api::sync::ApiError::RequestError(e)) if e.to_string().contains("404") => Ok(None),
+            // Optional files (a tokenizer_config.json, a shard index) may be absent.
+            Err(hf_hub::api::sync::ApiError::RequestError(e)) if matches!(*e, ureq::Error::Status(404, _)) => Ok(None),
             Err(e) => Err(InferError::Hub(format!(
                 "could not fetch `{file}` of `{id}`: {e}. Without network access, pass a local GGUF file or HF directory, or fill the HF cache first"
             ))),

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use half::{bf16, f16};
+use infer_core::hf::hf_tensor_name;
 use infer_core::weights::{permute_qk_rows, LayerWeight, WeightName};
 use infer_core::{ModelConfig, ModelFiles, RopeStyle};
 use safetensors::tensor::{Dtype, TensorView};
@@ -15,31 +16,6 @@ pub enum SaveDtype {
     F32,
     F16,
     BF16,
-}
-
-fn hf_name(w: WeightName) -> String {
-    match w {
-        WeightName::Embed => "model.embed_tokens.weight".into(),
-        WeightName::FinalNorm => "model.norm.weight".into(),
-        WeightName::LmHead => "lm_head.weight".into(),
-        WeightName::Layer(i, lw) => {
-            let s = match lw {
-                LayerWeight::AttnNorm => "input_layernorm.weight",
-                LayerWeight::Q => "self_attn.q_proj.weight",
-                LayerWeight::K => "self_attn.k_proj.weight",
-                LayerWeight::V => "self_attn.v_proj.weight",
-                LayerWeight::QBias => "self_attn.q_proj.bias",
-                LayerWeight::KBias => "self_attn.k_proj.bias",
-                LayerWeight::VBias => "self_attn.v_proj.bias",
-                LayerWeight::O => "self_attn.o_proj.weight",
-                LayerWeight::FfnNorm => "post_attention_layernorm.weight",
-                LayerWeight::Gate => "mlp.gate_proj.weight",
-                LayerWeight::Up => "mlp.up_proj.weight",
-                LayerWeight::Down => "mlp.down_proj.weight",
-            };
-            format!("model.layers.{i}.{s}")
-        }
-    }
 }
 
 pub fn config_json(c: &ModelConfig) -> serde_json::Value {
@@ -102,7 +78,7 @@ pub fn write_hf_dir(files: &ModelFiles, dir: &Path, dtype: SaveDtype) {
                 .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
                 .collect(),
         };
-        blobs.push((hf_name(w), t.shape, bytes));
+        blobs.push((hf_tensor_name(w), t.shape, bytes));
     }
     let st_dtype = match dtype {
         SaveDtype::F32 => Dtype::F32,
