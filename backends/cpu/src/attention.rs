@@ -70,3 +70,103 @@ pub fn paged_attention(
         });
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infer_core::SequenceChunk;
+    use proptest::prelude::*;
+
+    fn rand_vec(n: usize, seed: &mut u64) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Ragged batches mixing prefill chunks (with a cached prefix) and decodes, GQA, block
+        /// tables drawn from a shuffled pool, contexts not a multiple of the block size: paged
+        /// attention equals dense causal attention over each sequence's own K/V, in float64.
+        #[test]
+        fn paged_equals_dense_causal_attention(
+            seqs in prop::collection::vec((0usize..40, 1usize..12), 1..5),
+            block_size in 1usize..6,
+            kv_heads in 1usize..4,
+            group in 1usize..4,
+            head_dim in 1usize..9,
+            seed in 1u64..u64::MAX,
+        ) {
+            let heads = kv_heads * group;
+            let kv_dim = kv_heads * head_dim;
+            let mut s = seed;
+            // Give every sequence its blocks from a shuffled pool.
+            let need: Vec<usize> = seqs.iter().map(|(done, new)| (done + new).div_ceil(block_size)).collect();
+            let num_blocks: usize = need.iter().sum::<usize>() + 3;
+            let mut pool: Vec<u32> = (0..num_blocks as u32).collect();
+            for i in (1..pool.len()).rev() {
+                let j = (rand_vec(1, &mut s)[0].abs() * i as f32) as usize % (i + 1);
+                pool.swap(i, j);
+            }
+            let mut tables = Vec::new();
+            for n in &need {
+                tables.push(pool.drain(..*n).collect::<Vec<u32>>());
+            }
+            let tokens: Vec<Vec<u32>> = seqs.iter().map(|(_, new)| vec![0; *new]).collect();
+            let chunks: Vec<SequenceChunk> = seqs
+                .iter()
+                .enumerate()
+                .map(|(i, (done, _))| SequenceChunk { tokens: &tokens[i], num_computed: *done, block_table: &tables[i], want_logits: true })
+                .collect();
+            let batch = BatchInput::build(&chunks, block_size).unwrap();
+
+            // Each sequence's full K/V (cached prefix + this step), written through the slots.
+            let mut k_cache = rand_vec(num_blocks * block_size * kv_dim, &mut s);
+            let mut v_cache = rand_vec(num_blocks * block_size * kv_dim, &mut s);
+            let mut dense_k = Vec::new();
+            let mut dense_v = Vec::new();
+            for (i, (done, new)) in seqs.iter().enumerate() {
+                let (k, v) = (rand_vec((done + new) * kv_dim, &mut s), rand_vec((done + new) * kv_dim, &mut s));
+                let slots: Vec<u32> = (0..done + new)
+                    .map(|p| tables[i][p / block_size] * block_size as u32 + (p % block_size) as u32)
+                    .collect();
+                write_kv(&mut k_cache, &k, &slots, kv_dim);
+                write_kv(&mut v_cache, &v, &slots, kv_dim);
+                dense_k.push(k);
+                dense_v.push(v);
+            }
+            let q = rand_vec(batch.num_tokens() * heads * head_dim, &mut s);
+            let p = AttentionParams { num_heads: heads, num_kv_heads: kv_heads, head_dim, scale: 0.7 };
+            let out = paged_attention(&q, &k_cache, &v_cache, &batch, &p);
+
+            let mut t = 0;
+            for (i, (done, new)) in seqs.iter().enumerate() {
+                for j in 0..*new {
+                    let pos = done + j; // sees keys 0..=pos
+                    for h in 0..heads {
+                        let qv = &q[(t * heads + h) * head_dim..][..head_dim];
+                        let kh = h / group;
+                        let row = |m: &Vec<f32>, p: usize| m[p * kv_dim + kh * head_dim..][..head_dim].to_vec();
+                        let scores: Vec<f64> = (0..=pos)
+                            .map(|kp| row(&dense_k[i], kp).iter().zip(qv).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * 0.7)
+                            .collect();
+                        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let w: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+                        let total: f64 = w.iter().sum();
+                        for d in 0..head_dim {
+                            let want: f64 = (0..=pos).map(|kp| w[kp] / total * row(&dense_v[i], kp)[d] as f64).sum();
+                            let got = out[(t * heads + h) * head_dim + d] as f64;
+                            prop_assert!((got - want).abs() < 1e-5, "seq {} token {} head {} dim {}: {} vs {}", i, j, h, d, got, want);
+                        }
+                    }
+                    t += 1;
+                }
+            }
+        }
+    }
+}
