@@ -36,6 +36,10 @@ pub(super) fn render(
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         },
     );
+    // Llama 3.x templates put today's date in the system prompt, as HF's renderer allows.
+    env.add_function("strftime_now", |format: String| {
+        strftime(&format, now_utc())
+    });
     let err = |e: Error| InferError::ChatTemplate(format!("{e:#}"));
     env.add_template("chat", template).map_err(err)?;
     let tmpl = env.get_template("chat").map_err(err)?;
@@ -48,9 +52,102 @@ pub(super) fn render(
     .map_err(err)
 }
 
+/// (year, month 1-12, day, hour, minute, second) in UTC.
+type DateTime = (i64, u32, u32, u32, u32, u32);
+
+fn now_utc() -> DateTime {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        year,
+        month,
+        day,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
+/// The strftime subset chat templates use: %Y %y %m %d %e %b %B %H %M %S %%.
+fn strftime(format: &str, (y, mo, d, h, mi, s): DateTime) -> std::result::Result<String, Error> {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let month = MONTHS[(mo as usize).clamp(1, 12) - 1];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out += &y.to_string(),
+            Some('y') => out += &format!("{:02}", y.rem_euclid(100)),
+            Some('m') => out += &format!("{mo:02}"),
+            Some('d') => out += &format!("{d:02}"),
+            Some('e') => out += &format!("{d:>2}"),
+            Some('b') => out += &month[..3],
+            Some('B') => out += month,
+            Some('H') => out += &format!("{h:02}"),
+            Some('M') => out += &format!("{mi:02}"),
+            Some('S') => out += &format!("{s:02}"),
+            Some('%') => out.push('%'),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "strftime_now: unsupported directive %{}",
+                        other.map(String::from).unwrap_or_default()
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strftime_formats_like_python() {
+        let t = (2024, 7, 26, 9, 5, 3);
+        assert_eq!(strftime("%d %b %Y", t).unwrap(), "26 Jul 2024");
+        assert_eq!(
+            strftime("%B %e, %y %H:%M:%S %%", t).unwrap(),
+            "July 26, 24 09:05:03 %"
+        );
+        assert!(strftime("%Q", t).is_err());
+        let (y, mo, d, ..) = now_utc();
+        assert!(y >= 2025 && (1..=12).contains(&mo) && (1..=31).contains(&d));
+        let rendered = render("{{ strftime_now('%Y') }}", &[], false, "", "").unwrap();
+        assert_eq!(rendered, y.to_string());
+    }
 
     const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are helpful<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] | trim + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
