@@ -16,6 +16,7 @@ import sys
 import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader, GGUFWriter
+from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import quantize
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -29,8 +30,14 @@ VARIANTS = [
     ("llama_q4_0_gqa4", "llama", 64, 96, 2, 8, 2, T.Q4_0, T.Q8_0, True, False),
     ("llama3_q4_1_bf16_untied", "llama", 64, 128, 2, 4, 4, T.Q4_1, T.BF16, False, True),
     ("qwen2_q8_0_bias", "qwen2", 64, 96, 3, 4, 2, T.Q8_0, T.F16, True, False),
+    # K-quants need rows of 256: random blocks (small f16 scales) stand in for quantized weights.
+    ("llama_q4_k_q6_k", "llama", 256, 512, 1, 4, 2, T.Q4_K, T.Q6_K, True, False),
 ]
 
+# byte offsets of the f16 scales inside each K-quant block, and their magnitude
+K_SCALES = {T.Q4_K: ([0, 2], 1e-3), T.Q6_K: ([208], 2e-4)}
+
+RNG = np.random.default_rng(20261121)
 LLAMA3 = dict(factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
 
 
@@ -72,9 +79,21 @@ def llama3_rope_factors(head_dim, theta):
     return np.array(out, dtype=np.float32)
 
 
+def random_k_blocks(shape, qtype, rng):
+    per_block, nbytes = GGML_QUANT_SIZES[qtype]
+    n = shape[0] * shape[1] // per_block
+    raw = rng.integers(0, 256, size=(n, nbytes), dtype=np.uint8)
+    fields, mag = K_SCALES[qtype]
+    for at in fields:
+        raw[:, at:at + 2] = rng.uniform(-mag, mag, size=n).astype(np.float16).view(np.uint8).reshape(n, 2)
+    return raw.reshape(shape[0], shape[1] // per_block * nbytes)
+
+
 def add(writer, name, arr, qtype):
     arr = arr.astype(np.float32)
-    if qtype == T.F32:
+    if qtype in K_SCALES:
+        writer.add_tensor(name, random_k_blocks(arr.shape, qtype, RNG), raw_dtype=qtype)
+    elif qtype == T.F32:
         writer.add_tensor(name, arr)
     elif qtype == T.F16:
         writer.add_tensor(name, arr.astype(np.float16))
@@ -135,7 +154,7 @@ def write_model(path, name, arch, d, ff, layers, heads, kv_heads, lin, emb, tied
 def main():
     out = pathlib.Path(__file__).parent.parent / "fixtures" / "tiny"
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(20261121)
+    rng = RNG
     cases = []
     for name, *spec in VARIANTS:
         path = out / f"{name}.gguf"

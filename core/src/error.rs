@@ -24,7 +24,7 @@ pub enum InferError {
     Json { path: PathBuf, reason: String },
     #[error("unsupported architecture `{0}` (supported: llama, mistral, qwen2; SmolLM and Llama 2/3 use `llama`)")]
     UnsupportedArchitecture(String),
-    #[error("tensor `{name}`: unsupported data type {dtype} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)")]
+    #[error("tensor `{name}`: unsupported data type {dtype} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q2_K-Q6_K)")]
     UnsupportedDtype { name: String, dtype: String },
     #[error("tensor `{name}` is missing from {source_name}")]
     MissingTensor { name: String, source_name: String },

@@ -1,8 +1,11 @@
 //! GGML tensor types we can load, their block layouts, and dequantization to f32.
-//! Layouts follow ggml-common.h: each block packs 32 weights with f16 scale (and min).
+//! Layouts follow ggml-common.h: Q4_0/Q4_1/Q8_0 blocks pack 32 weights with an f16 scale (and
+//! min); K-quants (see `kquants`) pack 256.
 
 use half::{bf16, f16};
 use rayon::prelude::*;
+
+use super::kquants::{self, QK_K};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GgmlType {
@@ -11,6 +14,11 @@ pub enum GgmlType {
     Q4_0,
     Q4_1,
     Q8_0,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
     BF16,
 }
 
@@ -24,6 +32,11 @@ impl GgmlType {
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
             8 => GgmlType::Q8_0,
+            10 => GgmlType::Q2K,
+            11 => GgmlType::Q3K,
+            12 => GgmlType::Q4K,
+            13 => GgmlType::Q5K,
+            14 => GgmlType::Q6K,
             30 => GgmlType::BF16,
             _ => return None,
         })
@@ -42,6 +55,11 @@ impl GgmlType {
             GgmlType::Q4_0 => (QK, 2 + QK / 2),
             GgmlType::Q4_1 => (QK, 4 + QK / 2),
             GgmlType::Q8_0 => (QK, 2 + QK),
+            GgmlType::Q2K => (QK_K, 84),
+            GgmlType::Q3K => (QK_K, 110),
+            GgmlType::Q4K => (QK_K, 144),
+            GgmlType::Q5K => (QK_K, 176),
+            GgmlType::Q6K => (QK_K, 210),
         }
     }
 
@@ -96,6 +114,11 @@ impl GgmlType {
                     o[j + QK / 2] = (q >> 4) as f32 * d + m;
                 }
             }
+            GgmlType::Q2K => kquants::q2_k(b, o),
+            GgmlType::Q3K => kquants::q3_k(b, o),
+            GgmlType::Q4K => kquants::q4_k(b, o),
+            GgmlType::Q5K => kquants::q5_k(b, o),
+            GgmlType::Q6K => kquants::q6_k(b, o),
         }
     }
 }

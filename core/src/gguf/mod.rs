@@ -1,6 +1,7 @@
 //! GGUF models: config from metadata, weights dequantized on load, tokenizer from metadata.
 
 mod dtype;
+mod kquants;
 mod reader;
 
 pub use dtype::GgmlType;

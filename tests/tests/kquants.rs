@@ -1,0 +1,31 @@
+//! K-quant dequantization (Q2_K..Q6_K) against the `gguf` package's numpy implementation, on
+//! random blocks stored with their expected values by scripts/kquant_fixture.py.
+
+use infer_core::gguf::{GgmlType, GgufFile};
+use infer_tests::{fixtures_dir, max_abs_diff};
+
+#[test]
+fn k_quants_dequantize_like_ggml() {
+    let g = GgufFile::open(&fixtures_dir().join("kquants.gguf")).unwrap();
+    for (name, dtype) in [
+        ("q2_k", GgmlType::Q2K),
+        ("q3_k", GgmlType::Q3K),
+        ("q4_k", GgmlType::Q4K),
+        ("q5_k", GgmlType::Q5K),
+        ("q6_k", GgmlType::Q6K),
+    ] {
+        let info = &g.tensors[name];
+        assert_eq!(info.dtype, dtype);
+        let mut got = vec![0f32; info.shape.iter().product()];
+        dtype.dequantize(g.tensor_bytes(info), &mut got);
+        let expected_info = &g.tensors[&format!("{name}.expected")];
+        let mut want = vec![0f32; got.len()];
+        GgmlType::F32.dequantize(g.tensor_bytes(expected_info), &mut want);
+        let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let diff = max_abs_diff(&got, &want);
+        assert!(
+            diff <= 1e-6 * scale,
+            "{name}: max |diff| {diff} (values up to {scale})"
+        );
+    }
+}
