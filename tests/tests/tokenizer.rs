@@ -99,3 +99,51 @@ fn bos_is_added_when_the_gguf_asks_for_it() {
     assert_eq!(ids[0], 0, "{ids:?}");
     assert_eq!(files.tokenizer.encode("hello", false).unwrap(), ids[1..]);
 }
+
+#[derive(serde::Deserialize)]
+struct SpmCase {
+    text: String,
+    ids: Vec<u32>,
+    decoded: String,
+}
+
+/// A SentencePiece-BPE GGUF (Llama 2 style) made by scripts/spm_fixture.py: ids as the
+/// `sentencepiece` package gives them (llama.cpp agrees on every case), BOS included.
+#[test]
+fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
+    let dir = infer_tests::fixtures_dir().join("spm");
+    let text = std::fs::read_to_string(dir.join("cases.json")).unwrap();
+    let cases: Vec<SpmCase> = serde_json::from_value(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["cases"].clone(),
+    )
+    .unwrap();
+    let m = load_cpu(dir.join("tiny_spm.gguf").to_str().unwrap());
+    let tk = &m.files.tokenizer;
+    for case in &cases {
+        let ids = tk.encode(&case.text, true).unwrap();
+        assert_eq!(ids, case.ids, "{:?}", case.text);
+        assert_eq!(
+            tk.decode(&ids, true).unwrap(),
+            case.decoded,
+            "{:?}",
+            case.text
+        );
+        let deltas = stream(tk, &ids[..1], &ids[1..]);
+        assert_eq!(deltas.concat(), case.decoded, "streamed {:?}", case.text);
+    }
+    // The model behind it runs too.
+    let params = infer_core::GenerationParams {
+        max_tokens: 4,
+        temperature: 0.0,
+        seed: None,
+        stop_token_ids: vec![],
+    };
+    assert_eq!(
+        m.generator()
+            .generate(&cases[0].ids, &params, &mut |_| {})
+            .unwrap()
+            .token_ids
+            .len(),
+        4
+    );
+}

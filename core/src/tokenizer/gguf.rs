@@ -23,11 +23,11 @@ const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{
 const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
-fn tok_err(g: &GgufFile, what: String) -> InferError {
+pub(super) fn tok_err(g: &GgufFile, what: String) -> InferError {
     InferError::Tokenizer(format!("{}: {what}", g.path.display()))
 }
 
-fn string_array<'a>(g: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
+pub(super) fn string_array<'a>(g: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
     let arr = g
         .get(key)
         .and_then(GgufValue::as_array)
@@ -47,18 +47,12 @@ pub(super) struct GgufTokenizerParts {
     pub add_bos: bool,
 }
 
-pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
-    let model = g
-        .get("tokenizer.ggml.model")
-        .and_then(|v| v.as_str())
-        .unwrap_or("");
-    if model != "gpt2" {
-        return Err(tok_err(
-            g,
-            format!("tokenizer model `{model}` is not supported (supported: gpt2 byte-level BPE)"),
-        ));
-    }
-    let tokens = string_array(g, "tokenizer.ggml.tokens")?;
+/// Byte-level BPE (GPT-2 style) with the pre-tokenizer named by `tokenizer.ggml.pre`.
+fn byte_level_bpe(
+    g: &GgufFile,
+    tokens: &[&str],
+    unk: Option<String>,
+) -> Result<tokenizers::Tokenizer> {
     let merges = string_array(g, "tokenizer.ggml.merges")?;
     let vocab: tokenizers::models::bpe::Vocab = tokens
         .iter()
@@ -73,12 +67,9 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
                 .ok_or_else(|| tok_err(g, format!("merge `{m}` has no space")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let token_id = |key: &str| g.get(key).and_then(|v| v.as_u64()).map(|v| v as u32);
     let mut builder = BPE::builder().vocab_and_merges(vocab, merges);
-    if let Some(unk) =
-        token_id("tokenizer.ggml.unknown_token_id").and_then(|i| tokens.get(i as usize))
-    {
-        builder = builder.unk_token(unk.to_string());
+    if let Some(unk) = unk {
+        builder = builder.unk_token(unk);
     }
     let bpe = builder
         .build()
@@ -121,6 +112,31 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
     tk.with_pre_tokenizer(Some(pre_tokenizer));
     tk.with_decoder(Some(ByteLevel::default()));
 
+    Ok(tk)
+}
+
+pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
+    let model = g
+        .get("tokenizer.ggml.model")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    let tokens = string_array(g, "tokenizer.ggml.tokens")?;
+    let token_id = |key: &str| g.get(key).and_then(|v| v.as_u64()).map(|v| v as u32);
+    let unk = token_id("tokenizer.ggml.unknown_token_id")
+        .and_then(|i| tokens.get(i as usize))
+        .map(|t| t.to_string());
+    // llama.cpp adds a BOS by default for SentencePiece models only.
+    let (mut tk, default_add_bos) = match model {
+        "gpt2" => (byte_level_bpe(g, &tokens, unk)?, false),
+        "llama" => (super::spm::build(g, &tokens, unk)?, true),
+        other => {
+            return Err(tok_err(
+                g,
+                format!("tokenizer model `{other}` is not supported (supported: gpt2 byte-level BPE, llama SentencePiece BPE)"),
+            ))
+        }
+    };
+
     // Control tokens are special (matched whole in text, skippable on decode); user-defined
     // tokens are matched whole but decoded like text.
     if let Some(types) = g
@@ -146,7 +162,7 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
     let add_bos = g
         .get("tokenizer.ggml.add_bos_token")
         .and_then(GgufValue::as_bool)
-        .unwrap_or(false);
+        .unwrap_or(default_add_bos);
     if let (true, Some(bos)) = (add_bos, bos) {
         let bos_text = tokens
             .get(bos as usize)

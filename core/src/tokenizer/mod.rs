@@ -4,6 +4,7 @@
 mod chat;
 mod detokenizer;
 mod gguf;
+mod spm;
 
 use std::path::Path;
 
