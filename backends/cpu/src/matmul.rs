@@ -10,15 +10,14 @@ pub(crate) const SMALL_M: usize = 8;
 pub fn matmul(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     debug_assert_eq!(x.len(), m * k);
     debug_assert_eq!(w.len(), n * k);
-    let mut out = vec![0f32; m * n];
     if m == 0 || n == 0 {
-        return out;
+        return vec![0f32; m * n];
     }
     if m <= SMALL_M {
-        matmul_small_m(x, w, m, k, n, &mut out);
-    } else {
-        gemm_into(x, w, m, k, n, &mut out, true);
+        return matmul_small_m(x, w, m, k, n);
     }
+    let mut out = vec![0f32; m * n];
+    gemm_into(x, w, m, k, n, &mut out, true);
     out
 }
 
@@ -70,30 +69,51 @@ pub(crate) fn gemm_into(
     }
 }
 
-fn matmul_small_m(x: &[f32], w: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
-    // Output columns are split among threads; each task computes `cols` columns for all rows.
-    let cols = (n / (rayon::current_num_threads() * 8)).clamp(16, 512);
-    let mut col_blocks: Vec<(usize, Vec<f32>)> = (0..n)
-        .step_by(cols)
+/// Few rows: each weight row is streamed once and dotted with every input row.
+fn matmul_small_m(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    by_column_tiles(m, n, streaming_tile(n), |c0, c1, part| {
+        let width = c1 - c0;
+        for (j, wrow) in w[c0 * k..c1 * k].chunks_exact(k).enumerate() {
+            for (i, xrow) in x.chunks_exact(k).enumerate() {
+                part[i * width + j] = dot(xrow, wrow);
+            }
+        }
+    })
+}
+
+/// Output columns per task when each weight row is streamed once: wide enough to amortize
+/// scheduling, narrow enough that every thread gets several tiles.
+pub(crate) fn streaming_tile(n: usize) -> usize {
+    (n / (rayon::current_num_threads() * 8)).clamp(16, 512)
+}
+
+/// Computes an `[m, n]` row-major output in parallel column tiles of `tile` columns:
+/// `f(c0, c1, part)` fills `part` as `[m, c1 - c0]`, and the tiles are stitched together.
+pub(crate) fn by_column_tiles(
+    m: usize,
+    n: usize,
+    tile: usize,
+    f: impl Fn(usize, usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let parts: Vec<(usize, Vec<f32>)> = (0..n)
+        .step_by(tile.max(1))
         .collect::<Vec<_>>()
         .into_par_iter()
         .map(|c0| {
-            let c1 = (c0 + cols).min(n);
+            let c1 = (c0 + tile).min(n);
             let mut part = vec![0f32; m * (c1 - c0)];
-            for (j, wrow) in w[c0 * k..c1 * k].chunks_exact(k).enumerate() {
-                for (i, xrow) in x.chunks_exact(k).enumerate() {
-                    part[i * (c1 - c0) + j] = dot(xrow, wrow);
-                }
-            }
+            f(c0, c1, &mut part);
             (c0, part)
         })
         .collect();
-    for (c0, part) in col_blocks.drain(..) {
-        let width = part.len() / m;
+    let mut out = vec![0f32; m * n];
+    for (c0, part) in parts {
+        let width = part.len() / m.max(1);
         for i in 0..m {
             out[i * n + c0..i * n + c0 + width].copy_from_slice(&part[i * width..(i + 1) * width]);
         }
     }
+    out
 }
 
 /// Dot product with runtime dispatch to AVX2/AVX-512 where the CPU has them.

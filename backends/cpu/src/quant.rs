@@ -7,9 +7,8 @@ use std::sync::OnceLock;
 
 use half::f16;
 use infer_core::gguf::GgmlType;
-use rayon::prelude::*;
 
-use crate::matmul::{gemm_into, SMALL_M};
+use crate::matmul::{by_column_tiles, gemm_into, streaming_tile, SMALL_M};
 
 const QK: usize = 32;
 
@@ -186,69 +185,52 @@ pub fn matmul_packed(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    let (_, block_bytes) = dtype.block();
-    let row_bytes = k / QK * block_bytes;
+    let (per_block, block_bytes) = dtype.block();
+    let row_bytes = k / per_block * block_bytes;
     debug_assert_eq!(w.len(), n * row_bytes);
-    let mut out = vec![0f32; m * n];
     if m == 0 || n == 0 {
-        return out;
+        return vec![0f32; m * n];
     }
+    // Few rows stream each weight row once through a block kernel (Q4_0/Q4_1/Q8_0); otherwise
+    // each tile is decoded to f32 once and GEMM reuses it across rows (any block type).
+    let streamed =
+        m <= SMALL_M && matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
     // Σ x per row and block, for the `m * Σ x` term of Q4_1.
-    let x_sums: Vec<f32> = if m <= SMALL_M && dtype == GgmlType::Q4_1 {
+    let x_sums: Vec<f32> = if streamed && dtype == GgmlType::Q4_1 {
         x.chunks_exact(QK).map(|c| c.iter().sum()).collect()
     } else {
         Vec::new()
     };
-    // Column tiles: wide enough to amortize scheduling, many enough to balance the threads.
-    let tile = if m <= SMALL_M {
-        (n / (rayon::current_num_threads() * 8)).clamp(16, 512)
-    } else {
-        64
-    };
-    let parts: Vec<(usize, Vec<f32>)> = (0..n)
-        .step_by(tile)
-        .collect::<Vec<_>>()
-        .into_par_iter()
-        .map(|c0| {
-            let c1 = (c0 + tile).min(n);
-            let w_tile = &w[c0 * row_bytes..c1 * row_bytes];
-            let width = c1 - c0;
-            let mut part = vec![0f32; m * width];
-            if m <= SMALL_M {
-                let mut col = [0f32; SMALL_M];
-                for (j, w_row) in w_tile.chunks_exact(row_bytes).enumerate() {
-                    let col = &mut col[..m];
-                    match dtype {
-                        GgmlType::Q4_0 => dot_rows_dispatch::<Q4_0>(w_row, x, &x_sums, k, col),
-                        GgmlType::Q4_1 => dot_rows_dispatch::<Q4_1>(w_row, x, &x_sums, k, col),
-                        _ => dot_rows_dispatch::<Q8_0>(w_row, x, &x_sums, k, col),
-                    }
-                    for (i, v) in col.iter().enumerate() {
-                        part[i * width + j] = *v;
-                    }
+    let tile = if streamed { streaming_tile(n) } else { 64 };
+    by_column_tiles(m, n, tile, |c0, c1, part| {
+        let w_tile = &w[c0 * row_bytes..c1 * row_bytes];
+        let width = c1 - c0;
+        if streamed {
+            let mut col = [0f32; SMALL_M];
+            let col = &mut col[..m];
+            for (j, w_row) in w_tile.chunks_exact(row_bytes).enumerate() {
+                match dtype {
+                    GgmlType::Q4_0 => dot_rows_dispatch::<Q4_0>(w_row, x, &x_sums, k, col),
+                    GgmlType::Q4_1 => dot_rows_dispatch::<Q4_1>(w_row, x, &x_sums, k, col),
+                    // `streamed` admits only these three types.
+                    _ => dot_rows_dispatch::<Q8_0>(w_row, x, &x_sums, k, col),
                 }
-            } else {
-                // Many rows: decode the tile to f32 once and let GEMM reuse it across rows.
-                let mut w_f32 = vec![0f32; width * k];
-                dtype.dequantize(w_tile, &mut w_f32);
-                gemm_into(x, &w_f32, m, k, width, &mut part, false);
+                for (i, v) in col.iter().enumerate() {
+                    part[i * width + j] = *v;
+                }
             }
-            (c0, part)
-        })
-        .collect();
-    for (c0, part) in parts {
-        let width = part.len() / m;
-        for i in 0..m {
-            out[i * n + c0..i * n + c0 + width].copy_from_slice(&part[i * width..(i + 1) * width]);
+        } else {
+            let mut w_f32 = vec![0f32; width * k];
+            dtype.dequantize(w_tile, &mut w_f32);
+            gemm_into(x, &w_f32, m, k, width, part, false);
         }
-    }
-    out
+    })
 }
 
 /// Rows `rows` of a packed `[n, k]` matrix, as f32 (embedding lookup).
 pub fn gather_rows_packed(w: &[u8], dtype: GgmlType, k: usize, rows: &[u32]) -> Vec<f32> {
-    let (_, block_bytes) = dtype.block();
-    let row_bytes = k / QK * block_bytes;
+    let (per_block, block_bytes) = dtype.block();
+    let row_bytes = k / per_block * block_bytes;
     let mut out = vec![0f32; rows.len() * k];
     for (o, &r) in out.chunks_exact_mut(k).zip(rows) {
         dtype.dequantize(&w[r as usize * row_bytes..(r as usize + 1) * row_bytes], o);
@@ -264,9 +246,9 @@ mod tests {
 
     /// Random bytes make valid blocks once the f16 scales are set to sane values.
     fn random_packed(dtype: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
-        let (_, bytes) = dtype.block();
+        let (per_block, bytes) = dtype.block();
         let mut s = seed | 1;
-        let mut data: Vec<u8> = (0..n * k / QK * bytes)
+        let mut data: Vec<u8> = (0..n * k / per_block * bytes)
             .map(|_| {
                 s ^= s << 13;
                 s ^= s >> 7;
@@ -282,6 +264,30 @@ mod tests {
             }
         }
         data
+    }
+
+    #[test]
+    fn other_block_types_take_the_dequantize_tile_path() {
+        // Q4_K: 256-weight blocks; random bytes with small f16 scales are valid blocks.
+        let (k, n) = (512, 70);
+        let mut w = random_packed(GgmlType::Q4K, n, k, 3);
+        for b in w.chunks_exact_mut(144) {
+            b[..2].copy_from_slice(&f16::from_f32(0.002).to_le_bytes());
+            b[2..4].copy_from_slice(&f16::from_f32(0.001).to_le_bytes());
+        }
+        assert_eq!(w.len(), n * k / 256 * 144);
+        let mut w_f32 = vec![0f32; n * k];
+        GgmlType::Q4K.dequantize(&w, &mut w_f32);
+        for m in [1, 3, 12] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+                .collect();
+            let want = matmul(&x, &w_f32, m, k, n);
+            let got = matmul_packed(&x, &w, GgmlType::Q4K, m, k, n);
+            for (g, r) in got.iter().zip(&want) {
+                assert!((g - r).abs() <= 1e-4 * (1.0 + r.abs()), "m={m}: {g} vs {r}");
+            }
+        }
     }
 
     proptest! {
