@@ -47,6 +47,33 @@ pub(super) struct GgufTokenizerParts {
     pub add_bos: bool,
 }
 
+/// A BPE tokenizer over the GGUF vocabulary (a token's id is its position in `tokens`).
+/// `byte_fallback` maps bytes with no piece to `<0xXX>` tokens, as SentencePiece does.
+pub(super) fn bpe_over_vocab(
+    g: &GgufFile,
+    tokens: &[&str],
+    merges: Vec<(String, String)>,
+    unk: Option<String>,
+    byte_fallback: bool,
+) -> Result<tokenizers::Tokenizer> {
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.to_string(), i as u32))
+        .collect();
+    let mut builder = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .fuse_unk(byte_fallback)
+        .byte_fallback(byte_fallback);
+    if let Some(unk) = unk {
+        builder = builder.unk_token(unk);
+    }
+    let bpe = builder
+        .build()
+        .map_err(|e| tok_err(g, format!("building BPE: {e}")))?;
+    Ok(tokenizers::Tokenizer::new(bpe))
+}
+
 /// Byte-level BPE (GPT-2 style) with the pre-tokenizer named by `tokenizer.ggml.pre`.
 fn byte_level_bpe(
     g: &GgufFile,
@@ -54,11 +81,6 @@ fn byte_level_bpe(
     unk: Option<String>,
 ) -> Result<tokenizers::Tokenizer> {
     let merges = string_array(g, "tokenizer.ggml.merges")?;
-    let vocab: tokenizers::models::bpe::Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.to_string(), i as u32))
-        .collect();
     let merges = merges
         .iter()
         .map(|m| {
@@ -67,14 +89,7 @@ fn byte_level_bpe(
                 .ok_or_else(|| tok_err(g, format!("merge `{m}` has no space")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut builder = BPE::builder().vocab_and_merges(vocab, merges);
-    if let Some(unk) = unk {
-        builder = builder.unk_token(unk);
-    }
-    let bpe = builder
-        .build()
-        .map_err(|e| tok_err(g, format!("building BPE: {e}")))?;
-    let mut tk = tokenizers::Tokenizer::new(bpe);
+    let mut tk = bpe_over_vocab(g, tokens, merges, unk, false)?;
 
     let pre = g
         .get("tokenizer.ggml.pre")

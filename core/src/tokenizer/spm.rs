@@ -9,11 +9,10 @@ use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
-use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{DecoderWrapper, NormalizerWrapper};
 
-use super::gguf::tok_err;
+use super::gguf::{bpe_over_vocab, tok_err};
 use crate::error::Result;
 use crate::gguf::{GgufFile, GgufValue};
 
@@ -38,28 +37,8 @@ pub(super) fn build(
             format!("{} scores for {} tokens", scores.len(), tokens.len()),
         ));
     }
-    let vocab: HashMap<String, u32> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.to_string(), i as u32))
-        .collect();
-    let merges = merges_by_score(tokens, &scores, &vocab);
-    let mut builder = BPE::builder()
-        .vocab_and_merges(
-            vocab
-                .into_iter()
-                .collect::<tokenizers::models::bpe::Vocab>(),
-            merges,
-        )
-        .fuse_unk(true)
-        .byte_fallback(true);
-    if let Some(unk) = unk {
-        builder = builder.unk_token(unk);
-    }
-    let bpe = builder
-        .build()
-        .map_err(|e| tok_err(g, format!("building BPE: {e}")))?;
-    let mut tk = tokenizers::Tokenizer::new(bpe);
+    let merges = merges_by_score(tokens, &scores);
+    let mut tk = bpe_over_vocab(g, tokens, merges, unk, true)?;
 
     let add_prefix = g
         .get("tokenizer.ggml.add_space_prefix")
@@ -87,11 +66,12 @@ pub(super) fn build(
 /// Every split of a piece into two pieces of the vocabulary is a merge, ranked by the merged
 /// piece's score (best first); splits of one piece are ordered by their halves' ids. This is
 /// the `SentencePieceExtractor` rule HF uses, which reproduces SentencePiece's own merge order.
-fn merges_by_score(
-    tokens: &[&str],
-    scores: &[f32],
-    vocab: &HashMap<String, u32>,
-) -> Vec<(String, String)> {
+fn merges_by_score(tokens: &[&str], scores: &[f32]) -> Vec<(String, String)> {
+    let vocab: HashMap<&str, u32> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (*t, i as u32))
+        .collect();
     let mut merges: Vec<(f32, u32, u32, &str, &str)> = Vec::new();
     for (piece, &score) in tokens.iter().zip(scores) {
         let mut local: Vec<(f32, u32, u32, &str, &str)> = piece
