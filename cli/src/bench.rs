@@ -6,10 +6,10 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use indicatif::ProgressBar;
-use infer_core::{open_model, Backend, GenerationParams, Generator, LlamaModel};
+use infer_core::{Backend, GenerationParams, Generator};
 use serde_json::json;
 
-use crate::generate::{init_threads, BackendKind, CpuWeights};
+use crate::generate::{init_threads, load_model, BackendKind, CpuWeights};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -69,16 +69,9 @@ fn latency<B: Backend>(backend: &B, args: &LatencyArgs) -> Result<()> {
     if args.runs == 0 || args.prompt_len == 0 || args.gen_len < 2 {
         bail!("--runs and --prompt-len must be at least 1 and --gen-len at least 2");
     }
-    let files = open_model(&args.model)?;
-    let model = LlamaModel::load(
-        backend,
-        &files.config,
-        files.weights.as_ref(),
-        None,
-        &mut |_, _| {},
-    )?;
+    let (model, tokenizer) = load_model(backend, &args.model, None)?;
     // Deterministic ids away from the special tokens at the start of most vocabularies.
-    let vocab = files.config.vocab_size as u64;
+    let vocab = model.config().vocab_size as u64;
     let prompt: Vec<u32> = (0..args.prompt_len as u64)
         .map(|i| (1000 + i.wrapping_mul(7919)) % vocab.max(1))
         .map(|t| t as u32)
@@ -89,7 +82,7 @@ fn latency<B: Backend>(backend: &B, args: &LatencyArgs) -> Result<()> {
         seed: None,
         stop_token_ids: vec![],
     };
-    let generator = Generator::new(backend, &model, &files.tokenizer);
+    let generator = Generator::new(backend, &model, &tokenizer);
     let bar = ProgressBar::new(args.runs as u64 + 1);
     let (mut prefill, mut decode) = (Vec::new(), Vec::new());
     for run in 0..=args.runs {

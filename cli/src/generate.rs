@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use infer_core::{
     open_model, Backend, ChatMessage, GenerationParams, Generator, LlamaModel, ModelFiles,
+    Tokenizer,
 };
 use infer_cpu::CpuBackend;
 use serde_json::json;
@@ -100,27 +101,37 @@ fn load_progress() -> ProgressBar {
     )
 }
 
-fn run_with<B: Backend>(backend: &B, args: &GenerateArgs) -> Result<()> {
+/// Opens a model and uploads its weights to `backend`, with a progress bar; the weight files
+/// are released once uploaded.
+pub fn load_model<B: Backend>(
+    backend: &B,
+    spec: &str,
+    max_model_len: Option<usize>,
+) -> Result<(LlamaModel<B>, Tokenizer)> {
     let ModelFiles {
         config,
         weights,
         tokenizer,
         location,
-    } = open_model(&args.model)?;
+    } = open_model(spec)?;
     tracing::info!(?location, backend = backend.name(), "loading model");
     let bar = load_progress();
     let model = LlamaModel::load(
         backend,
         &config,
         weights.as_ref(),
-        args.max_model_len,
+        max_model_len,
         &mut |done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
         },
     )?;
     bar.finish_and_clear();
-    drop(weights);
+    Ok((model, tokenizer))
+}
+
+fn run_with<B: Backend>(backend: &B, args: &GenerateArgs) -> Result<()> {
+    let (model, tokenizer) = load_model(backend, &args.model, args.max_model_len)?;
 
     let (text, add_special) = if args.chat {
         (
