@@ -18,12 +18,24 @@ pub fn write_kv(cache: &mut [f32], rows: &[f32], slot_mapping: &[u32], kv_dim: u
 /// use one dot product per key.
 const GEMM_MIN_QUERIES: usize = 8;
 
-/// Causal attention for every (token, head). `q` is `[num_tokens, heads * head_dim]`.
+/// For each token of the batch, the index of its sequence.
+pub fn seq_of_token(batch: &BatchInput) -> Vec<usize> {
+    let mut seq_of = vec![0usize; batch.num_tokens()];
+    for s in 0..batch.num_seqs() {
+        let range = batch.query_start[s] as usize..batch.query_start[s + 1] as usize;
+        seq_of[range].iter_mut().for_each(|x| *x = s);
+    }
+    seq_of
+}
+
+/// Causal attention for every (token, head). `q` is `[num_tokens, heads * head_dim]`;
+/// `seq_of` is `seq_of_token(batch)`.
 pub fn paged_attention(
     q: &[f32],
     k_cache: &[f32],
     v_cache: &[f32],
     batch: &BatchInput,
+    seq_of: &[usize],
     p: &AttentionParams,
 ) -> Vec<f32> {
     let (hd, heads) = (p.head_dim, p.num_heads);
@@ -33,11 +45,6 @@ pub fn paged_attention(
     let mut out = vec![0f32; q.len()];
     let q_range = |s: usize| batch.query_start[s] as usize..batch.query_start[s + 1] as usize;
     let is_long = |s: usize| q_range(s).len() >= GEMM_MIN_QUERIES;
-    // token index → its sequence
-    let mut seq_of = vec![0usize; batch.num_tokens()];
-    for s in 0..batch.num_seqs() {
-        seq_of[q_range(s)].iter_mut().for_each(|x| *x = s);
-    }
     out.par_chunks_mut(hd)
         .enumerate()
         .filter(|(idx, _)| !is_long(seq_of[idx / heads]))
@@ -233,7 +240,7 @@ mod tests {
             }
             let q = rand_vec(batch.num_tokens() * heads * head_dim, &mut s);
             let p = AttentionParams { num_heads: heads, num_kv_heads: kv_heads, head_dim, scale: 0.7 };
-            let out = paged_attention(&q, &k_cache, &v_cache, &batch, &p);
+            let out = paged_attention(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p);
 
             let mut t = 0;
             for (i, (done, new)) in seqs.iter().enumerate() {

@@ -8,82 +8,17 @@ mod attention;
 mod matmul;
 mod ops;
 mod quant;
+mod tensor;
 
-use infer_core::gguf::GgmlType;
 use infer_core::{
-    AttentionParams, Backend, BatchInput, DeviceTensor, HostTensor, InferError, KvCacheSpec,
-    PackedTensor, Result, RopeStyle,
+    AttentionParams, Backend, BatchInput, HostTensor, InferError, KvCacheSpec, PackedTensor,
+    Result, RopeStyle,
 };
 
 pub use matmul::matmul;
 pub use quant::matmul_packed;
-
-#[derive(Debug, Clone, PartialEq)]
-enum Storage {
-    F32(Vec<f32>),
-    /// Block-quantized rows as stored in GGUF.
-    Packed {
-        dtype: GgmlType,
-        data: Vec<u8>,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct CpuTensor {
-    shape: Vec<usize>,
-    storage: Storage,
-}
-
-impl CpuTensor {
-    fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
-        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
-        CpuTensor {
-            shape,
-            storage: Storage::F32(data),
-        }
-    }
-
-    /// Rows and row length of a tensor seen as a matrix (last dim = columns).
-    fn rows_cols(&self) -> (usize, usize) {
-        let cols = self.shape.last().copied().unwrap_or(1);
-        (self.shape.iter().product::<usize>() / cols.max(1), cols)
-    }
-
-    /// The values of an f32 tensor (`None` for packed weights).
-    pub fn as_f32(&self) -> Option<&[f32]> {
-        match &self.storage {
-            Storage::F32(d) => Some(d),
-            Storage::Packed { .. } => None,
-        }
-    }
-
-    fn f32(&self, op: &str) -> Result<&[f32]> {
-        self.as_f32().ok_or_else(|| {
-            shape_err(
-                op,
-                format!(
-                    "{:?} is packed; only matmul and embedding take packed weights",
-                    self.shape
-                ),
-            )
-        })
-    }
-
-    fn f32_mut(&mut self, op: &str) -> Result<&mut Vec<f32>> {
-        match &mut self.storage {
-            Storage::F32(d) => Ok(d),
-            Storage::Packed { .. } => {
-                Err(shape_err(op, "cannot write into a packed tensor".into()))
-            }
-        }
-    }
-}
-
-impl DeviceTensor for CpuTensor {
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-}
+use tensor::Storage;
+pub use tensor::{CpuBatch, CpuTensor};
 
 pub struct CpuKvCache {
     spec: KvCacheSpec,
@@ -119,7 +54,7 @@ impl CpuBackend {
     }
 }
 
-fn shape_err(op: &str, detail: String) -> InferError {
+pub(crate) fn shape_err(op: &str, detail: String) -> InferError {
     InferError::Backend {
         backend: "cpu",
         message: format!("{op}: {detail}"),
@@ -138,7 +73,7 @@ fn check_layer(cache: &CpuKvCache, layer: usize) -> Result<()> {
 
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
-    type Batch = BatchInput;
+    type Batch = CpuBatch;
     type KvCache = CpuKvCache;
 
     fn name(&self) -> String {
@@ -169,8 +104,11 @@ impl Backend for CpuBackend {
         }))
     }
 
-    fn upload_batch(&self, batch: &BatchInput) -> Result<BatchInput> {
-        Ok(batch.clone())
+    fn upload_batch(&self, batch: &BatchInput) -> Result<CpuBatch> {
+        Ok(CpuBatch {
+            seq_of_token: attention::seq_of_token(batch),
+            input: batch.clone(),
+        })
     }
 
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<CpuKvCache> {
@@ -186,21 +124,21 @@ impl Backend for CpuBackend {
         Ok(HostTensor::new(t.shape.clone(), t.f32("to_host")?.to_vec()))
     }
 
-    fn embedding(&self, table: &CpuTensor, batch: &BatchInput) -> Result<CpuTensor> {
+    fn embedding(&self, table: &CpuTensor, batch: &CpuBatch) -> Result<CpuTensor> {
         let (vocab, d) = table.rows_cols();
-        if let Some(t) = batch.token_ids.iter().find(|&&t| t as usize >= vocab) {
+        if let Some(t) = batch.input.token_ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(shape_err(
                 "embedding",
                 format!("token {t} >= vocab {vocab}"),
             ));
         }
         let data = match &table.storage {
-            Storage::F32(t) => ops::gather_rows(t, d, &batch.token_ids),
+            Storage::F32(t) => ops::gather_rows(t, d, &batch.input.token_ids),
             Storage::Packed { dtype, data } => {
-                quant::gather_rows_packed(data, *dtype, d, &batch.token_ids)
+                quant::gather_rows_packed(data, *dtype, d, &batch.input.token_ids)
             }
         };
-        Ok(CpuTensor::new(vec![batch.num_tokens(), d], data))
+        Ok(CpuTensor::new(vec![batch.input.num_tokens(), d], data))
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuTensor, eps: f32) -> Result<CpuTensor> {
@@ -269,14 +207,14 @@ impl Backend for CpuBackend {
     fn rope(
         &self,
         x: &mut CpuTensor,
-        batch: &BatchInput,
+        batch: &CpuBatch,
         cos_sin: &CpuTensor,
         head_dim: usize,
         style: RopeStyle,
     ) -> Result<()> {
         let (rows, cols) = x.rows_cols();
         let max_pos = cos_sin.rows_cols().0;
-        if rows != batch.num_tokens()
+        if rows != batch.input.num_tokens()
             || !cols.is_multiple_of(head_dim)
             || cos_sin.rows_cols().1 != head_dim
         {
@@ -285,18 +223,29 @@ impl Backend for CpuBackend {
                 format!(
                     "x {:?} head_dim {head_dim} for {} tokens",
                     x.shape,
-                    batch.num_tokens()
+                    batch.input.num_tokens()
                 ),
             ));
         }
-        if let Some(p) = batch.positions.iter().find(|&&p| p as usize >= max_pos) {
+        if let Some(p) = batch
+            .input
+            .positions
+            .iter()
+            .find(|&&p| p as usize >= max_pos)
+        {
             return Err(shape_err(
                 "rope",
                 format!("position {p} beyond the table of {max_pos}"),
             ));
         }
         let table = cos_sin.f32("rope")?;
-        ops::rope(x.f32_mut("rope")?, &batch.positions, table, head_dim, style);
+        ops::rope(
+            x.f32_mut("rope")?,
+            &batch.input.positions,
+            table,
+            head_dim,
+            style,
+        );
         Ok(())
     }
 
@@ -306,19 +255,24 @@ impl Backend for CpuBackend {
         layer: usize,
         k: &CpuTensor,
         v: &CpuTensor,
-        batch: &BatchInput,
+        batch: &CpuBatch,
     ) -> Result<()> {
         check_layer(cache, layer)?;
         let s = cache.spec;
         let kv_dim = s.num_kv_heads * s.head_dim;
         let slots = s.num_blocks * s.block_size;
-        if k.shape != [batch.num_tokens(), kv_dim] || v.shape != k.shape {
+        if k.shape != [batch.input.num_tokens(), kv_dim] || v.shape != k.shape {
             return Err(shape_err(
                 "write_kv",
                 format!("k {:?} v {:?}, kv_dim {kv_dim}", k.shape, v.shape),
             ));
         }
-        if let Some(slot) = batch.slot_mapping.iter().find(|&&x| x as usize >= slots) {
+        if let Some(slot) = batch
+            .input
+            .slot_mapping
+            .iter()
+            .find(|&&x| x as usize >= slots)
+        {
             return Err(shape_err(
                 "write_kv",
                 format!("slot {slot} outside the cache of {slots}"),
@@ -327,13 +281,13 @@ impl Backend for CpuBackend {
         attention::write_kv(
             &mut cache.k[layer],
             k.f32("write_kv")?,
-            &batch.slot_mapping,
+            &batch.input.slot_mapping,
             kv_dim,
         );
         attention::write_kv(
             &mut cache.v[layer],
             v.f32("write_kv")?,
-            &batch.slot_mapping,
+            &batch.input.slot_mapping,
             kv_dim,
         );
         Ok(())
@@ -344,16 +298,16 @@ impl Backend for CpuBackend {
         q: &CpuTensor,
         cache: &CpuKvCache,
         layer: usize,
-        batch: &BatchInput,
+        batch: &CpuBatch,
         p: &AttentionParams,
     ) -> Result<CpuTensor> {
         check_layer(cache, layer)?;
         let s = cache.spec;
-        if q.shape != [batch.num_tokens(), p.num_heads * p.head_dim]
+        if q.shape != [batch.input.num_tokens(), p.num_heads * p.head_dim]
             || p.num_kv_heads != s.num_kv_heads
             || p.head_dim != s.head_dim
             || !p.num_heads.is_multiple_of(p.num_kv_heads)
-            || batch.block_size != s.block_size
+            || batch.input.block_size != s.block_size
         {
             return Err(shape_err(
                 "paged_attention",
@@ -361,6 +315,7 @@ impl Backend for CpuBackend {
             ));
         }
         if let Some(b) = batch
+            .input
             .block_tables
             .iter()
             .find(|&&b| b as usize >= s.num_blocks)
@@ -374,18 +329,27 @@ impl Backend for CpuBackend {
             q.f32("paged_attention")?,
             &cache.k[layer],
             &cache.v[layer],
-            batch,
+            &batch.input,
+            &batch.seq_of_token,
             p,
         );
         Ok(CpuTensor::new(q.shape.clone(), out))
     }
 
-    fn gather_logit_rows(&self, x: &CpuTensor, batch: &BatchInput) -> Result<CpuTensor> {
+    fn gather_logit_rows(&self, x: &CpuTensor, batch: &CpuBatch) -> Result<CpuTensor> {
         let (rows, d) = x.rows_cols();
-        if let Some(r) = batch.logits_indices.iter().find(|&&r| r as usize >= rows) {
+        if let Some(r) = batch
+            .input
+            .logits_indices
+            .iter()
+            .find(|&&r| r as usize >= rows)
+        {
             return Err(shape_err("gather_logit_rows", format!("row {r} of {rows}")));
         }
-        let data = ops::gather_rows(x.f32("gather_logit_rows")?, d, &batch.logits_indices);
-        Ok(CpuTensor::new(vec![batch.logits_indices.len(), d], data))
+        let data = ops::gather_rows(x.f32("gather_logit_rows")?, d, &batch.input.logits_indices);
+        Ok(CpuTensor::new(
+            vec![batch.input.logits_indices.len(), d],
+            data,
+        ))
     }
 }
