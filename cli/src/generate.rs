@@ -1,183 +1,165 @@
-//! `infer generate`: one prompt, streamed to stdout, with a timing summary (or one JSON object).
+//! `infer generate`: one prompt streamed to stdout, or a JSONL file of prompts run together
+//! through the continuous-batching engine.
 
 use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use anyhow::{Context, Result};
+use clap::Args;
 use infer_core::{
-    open_model, Backend, ChatMessage, GenerationParams, Generator, LlamaModel, ModelFiles,
+    Backend, ChatMessage, Engine, GenerationParams, LlamaExecutor, Prompt, RequestMetrics,
     Tokenizer,
 };
-use infer_cpu::CpuBackend;
 use serde_json::json;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendKind {
-    Cpu,
-    Wgpu,
-    Cuda,
-}
-
-/// How the CPU backend holds Q4_0 / Q4_1 / Q8_0 weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CpuWeights {
-    /// As stored, decoded inside the matmul (fast).
-    Packed,
-    /// Dequantized to f32 at load (the plain reference path).
-    F32,
-}
-
-impl CpuWeights {
-    pub fn backend(self) -> CpuBackend {
-        match self {
-            CpuWeights::Packed => CpuBackend::new(),
-            CpuWeights::F32 => CpuBackend::f32_weights(),
-        }
-    }
-}
+use crate::engine_args::EngineArgs;
+use crate::model::{init_threads, load_model, BackendKind, CpuWeights};
+use crate::prompts_file;
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// GGUF file, HF model directory, or Hugging Face hub id (org/name).
     #[arg(long)]
-    model: String,
+    pub model: String,
+    #[arg(
+        long,
+        required_unless_present = "prompts_file",
+        conflicts_with = "prompts_file"
+    )]
+    pub prompt: Option<String>,
+    /// JSONL, one `{"prompt": "..."}` per line (optionally `"max_tokens"`): all run together.
     #[arg(long)]
-    prompt: String,
+    pub prompts_file: Option<PathBuf>,
     #[arg(long, default_value_t = 256)]
-    max_tokens: usize,
+    pub max_tokens: usize,
     /// 0 samples greedily.
     #[arg(long, default_value_t = 1.0)]
-    temperature: f32,
+    pub temperature: f32,
     #[arg(long)]
-    seed: Option<u64>,
-    /// Wrap the prompt in the model's chat template as one user message.
+    pub seed: Option<u64>,
+    /// Wrap each prompt in the model's chat template as one user message.
     #[arg(long)]
-    chat: bool,
+    pub chat: bool,
     #[arg(long, value_enum, default_value = "cpu")]
-    backend: BackendKind,
+    pub backend: BackendKind,
     #[arg(long, value_enum, default_value = "packed")]
-    cpu_weights: CpuWeights,
-    /// Print one JSON object instead of streaming text.
+    pub cpu_weights: CpuWeights,
+    /// Print JSON (one object per prompt, in input order) instead of text.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Worker threads (default: all cores).
     #[arg(long)]
-    threads: Option<usize>,
-    /// Cap the context length (default: the model's).
+    pub threads: Option<usize>,
+    /// Cap the context length (default: the model's, lowered if the KV pool is smaller).
     #[arg(long)]
-    max_model_len: Option<usize>,
-}
-
-/// Builds rayon's global pool (default: one thread per core). The calling thread is one of the
-/// workers, so the forward's parallel ops start without a hand-off to another thread.
-pub fn init_threads(threads: Option<usize>) -> Result<()> {
-    if threads == Some(0) {
-        bail!("--threads must be at least 1");
-    }
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .use_current_thread()
-        .build_global()
-        .context("configuring the thread pool")
+    pub max_model_len: Option<usize>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
     init_threads(args.threads)?;
-    match args.backend {
-        BackendKind::Cpu => run_with(&args.cpu_weights.backend(), &args),
-        BackendKind::Wgpu | BackendKind::Cuda => bail!(
-            "the {:?} backend is not available in this build yet; use --backend cpu",
-            args.backend
-        ),
-    }
+    let backend = args.backend.cpu(args.cpu_weights)?;
+    run_with(backend, &args)
 }
 
-fn load_progress() -> ProgressBar {
-    ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("loading weights {bar:30} {pos}/{len} {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    )
-}
-
-/// Opens a model and uploads its weights to `backend`, with a progress bar; the weight files
-/// are released once uploaded.
-pub fn load_model<B: Backend>(
-    backend: &B,
-    spec: &str,
-    max_model_len: Option<usize>,
-) -> Result<(LlamaModel<B>, Tokenizer)> {
-    let ModelFiles {
-        config,
-        weights,
-        tokenizer,
-        location,
-    } = open_model(spec)?;
-    tracing::info!(?location, backend = backend.name(), "loading model");
-    let bar = load_progress();
-    let model = LlamaModel::load(
-        backend,
-        &config,
-        weights.as_ref(),
-        max_model_len,
-        &mut |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        },
-    )?;
-    bar.finish_and_clear();
-    Ok((model, tokenizer))
-}
-
-fn run_with<B: Backend>(backend: &B, args: &GenerateArgs) -> Result<()> {
-    let (model, tokenizer) = load_model(backend, &args.model, args.max_model_len)?;
-
-    let (text, add_special) = if args.chat {
-        (
-            tokenizer.apply_chat_template(&[ChatMessage::user(&args.prompt)], true)?,
-            false,
-        )
+/// Prompt text as the model should see it: the chat template applied when asked.
+pub fn prompt_ids(tokenizer: &Tokenizer, text: &str, chat: bool) -> Result<Vec<u32>> {
+    Ok(if chat {
+        let templated = tokenizer.apply_chat_template(&[ChatMessage::user(text)], true)?;
+        tokenizer.encode(&templated, false)?
     } else {
-        (args.prompt.clone(), true)
+        tokenizer.encode(text, true)?
+    })
+}
+
+fn run_with<B: Backend>(backend: B, args: &GenerateArgs) -> Result<()> {
+    // Read the prompts before the (slow) model load, so a bad file fails fast.
+    let file = match &args.prompts_file {
+        Some(path) => Some(prompts_file::read(path)?),
+        None => None,
     };
-    let prompt_ids = tokenizer.encode(&text, add_special)?;
-    let params = GenerationParams {
-        max_tokens: args.max_tokens,
+    let name = backend.name();
+    let (model, tokenizer) = load_model(&backend, &args.model, args.max_model_len)?;
+    let tokenizer = Arc::new(tokenizer);
+    let mut engine = args.engine.build(
+        backend,
+        Arc::new(model),
+        Some(tokenizer.clone()),
+        args.max_model_len.is_some(),
+    )?;
+    let params = |max_tokens: Option<usize>| GenerationParams {
+        max_tokens: max_tokens.unwrap_or(args.max_tokens),
         temperature: args.temperature,
         seed: args.seed,
         stop_token_ids: tokenizer.eos_token_ids().to_vec(),
     };
-    let generator = Generator::new(backend, &model, &tokenizer);
-    let mut stdout = std::io::stdout().lock();
-    let out = generator.generate(&prompt_ids, &params, &mut |delta| {
-        if !args.json {
-            // A closed stdout (e.g. `| head`) must not abort generation with a panic.
-            let _ = stdout
-                .write_all(delta.as_bytes())
-                .and_then(|_| stdout.flush());
+    match file {
+        Some(entries) => prompts_file::run(&mut engine, &tokenizer, entries, args, &params),
+        None => {
+            let text = args.prompt.as_deref().context("--prompt is required")?;
+            let ids = prompt_ids(&tokenizer, text, args.chat)?;
+            stream_one(&mut engine, ids, params(None), args.json, &name)
         }
-    })?;
-    if args.json {
-        let obj = json!({
-            "prompt_token_ids": out.prompt_token_ids,
-            "token_ids": out.token_ids,
-            "text": out.text,
-            "finish_reason": out.finish_reason,
-        });
-        writeln!(stdout, "{obj}")?;
-    } else {
-        writeln!(stdout)?;
-        stdout.flush()?;
-        eprintln!(
-            "prompt tokens: {} | generated tokens: {} | finish: {:?} | prefill: {:.1} tok/s | decode: {:.1} tok/s | backend: {}",
-            out.prompt_token_ids.len(),
-            out.token_ids.len(),
-            out.finish_reason,
-            out.prefill_tokens_per_s(),
-            out.decode_tokens_per_s(),
-            backend.name(),
-        );
     }
-    Ok(())
+}
+
+/// Prompt and decode speed of one request from its metrics.
+fn speeds(m: &RequestMetrics) -> (f64, f64) {
+    let (Some(first), Some(done)) = (m.first_token, m.finished) else {
+        return (0.0, 0.0);
+    };
+    let prefill = m.num_prompt_tokens as f64 / (first - m.arrival).as_secs_f64().max(1e-9);
+    let decode =
+        m.num_output_tokens.saturating_sub(1) as f64 / (done - first).as_secs_f64().max(1e-9);
+    (prefill, decode)
+}
+
+fn stream_one<B: Backend>(
+    engine: &mut Engine<LlamaExecutor<B>>,
+    ids: Vec<u32>,
+    params: GenerationParams,
+    json: bool,
+    backend_name: &str,
+) -> Result<()> {
+    let prompt_token_ids = ids.clone();
+    engine.add_request("0", Prompt::Tokens(ids), params)?;
+    let mut stdout = std::io::stdout().lock();
+    let mut token_ids: Vec<u32> = Vec::new();
+    let mut text = String::new();
+    loop {
+        for out in engine.step()? {
+            token_ids.extend(&out.new_token_ids);
+            text.push_str(&out.text_delta);
+            if !json {
+                // A closed stdout (e.g. `| head`) must not abort generation with a panic.
+                let _ = stdout
+                    .write_all(out.text_delta.as_bytes())
+                    .and_then(|_| stdout.flush());
+            }
+            let Some(reason) = out.finish_reason else {
+                continue;
+            };
+            if json {
+                let obj = json!({
+                    "prompt_token_ids": prompt_token_ids,
+                    "token_ids": token_ids,
+                    "text": text,
+                    "finish_reason": reason,
+                });
+                writeln!(stdout, "{obj}")?;
+            } else {
+                writeln!(stdout)?;
+                stdout.flush()?;
+                let (prefill, decode) = speeds(&out.metrics);
+                eprintln!(
+                    "prompt tokens: {} | generated tokens: {} | finish: {reason:?} | prefill: {prefill:.1} tok/s | decode: {decode:.1} tok/s | backend: {backend_name}",
+                    prompt_token_ids.len(),
+                    token_ids.len(),
+                );
+            }
+            return Ok(());
+        }
+    }
 }

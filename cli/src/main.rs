@@ -1,7 +1,10 @@
 //! `infer`: LLM inference from the command line.
 
 mod bench;
+mod engine_args;
 mod generate;
+mod model;
+mod prompts_file;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -15,7 +18,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate text from a prompt, streaming it as it is produced.
+    /// Generate text from a prompt (streamed) or from a JSONL file of prompts (batched).
     Generate(generate::GenerateArgs),
     /// Benchmarks.
     #[command(subcommand)]

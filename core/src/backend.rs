@@ -3,6 +3,7 @@
 //! point. Batch metadata is passed explicitly (uploaded once per step as `Self::Batch`).
 
 use crate::batch::BatchInput;
+use crate::block_manager::BlockCopy;
 use crate::config::RopeStyle;
 use crate::error::Result;
 use crate::weights::{HostTensor, PackedTensor};
@@ -30,6 +31,14 @@ impl KvCacheSpec {
     }
 }
 
+/// What the device holds and what the process has used at most so far (weights, activations
+/// of the profiling step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMemory {
+    pub total_bytes: u64,
+    pub peak_used_bytes: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionParams {
     pub num_heads: usize,
@@ -45,6 +54,8 @@ pub trait Backend {
     type Batch;
     /// The paged KV cache of every layer (the layout is the backend's choice).
     type KvCache;
+    /// Host memory that preempted sequences' blocks are swapped to, laid out like `KvCache`.
+    type SwapSpace;
 
     /// Names the backend and device in logs (e.g. "cpu (2 threads)").
     fn name(&self) -> String;
@@ -59,6 +70,29 @@ pub trait Backend {
     }
     fn upload_batch(&self, batch: &BatchInput) -> Result<Self::Batch>;
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<Self::KvCache>;
+    /// Host blocks for swapping (`spec.num_blocks` of them).
+    fn alloc_swap_space(&self, spec: &KvCacheSpec) -> Result<Self::SwapSpace>;
+    /// Copies whole blocks `(from, to)` within the cache, every layer (copy-on-write).
+    fn copy_blocks(&self, cache: &mut Self::KvCache, copies: &[BlockCopy]) -> Result<()>;
+    /// Copies device blocks to host blocks `(device, host)`, every layer.
+    fn swap_out(
+        &self,
+        cache: &Self::KvCache,
+        swap: &mut Self::SwapSpace,
+        copies: &[BlockCopy],
+    ) -> Result<()>;
+    /// Copies host blocks back to device blocks `(host, device)`, every layer.
+    fn swap_in(
+        &self,
+        swap: &Self::SwapSpace,
+        cache: &mut Self::KvCache,
+        copies: &[BlockCopy],
+    ) -> Result<()>;
+    /// Device memory, for sizing the KV pool; `None` where the backend cannot tell (CPU:
+    /// the pool is sized from an explicit budget).
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        None
+    }
     /// Reads a tensor back; waits for all enqueued work that produces it.
     fn to_host(&self, tensor: &Self::Tensor) -> Result<HostTensor>;
 

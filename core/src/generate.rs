@@ -1,6 +1,6 @@
 //! Single-sequence generation over the paged KV cache: chunked prefill, then one token per
-//! step, streaming text as it completes. (The continuous-batching engine builds on the same
-//! forward and batch metadata.)
+//! step, streaming text as it completes. The minimal loop without a scheduler: reference
+//! tests use it; everything serving many requests goes through `engine::Engine`.
 
 use std::time::{Duration, Instant};
 
@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::backend::Backend;
 use crate::batch::{BatchInput, SequenceChunk};
+use crate::block_manager::{BlockManager, PrefixHit};
 use crate::error::{InferError, Result};
-use crate::kv_cache::BlockAllocator;
 use crate::model::LlamaModel;
 use crate::sampler::Sampler;
 use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
@@ -29,7 +29,9 @@ pub struct GenerationParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
+    /// A stop token was sampled.
     Stop,
+    /// `max_tokens` or the context limit was reached.
     Length,
 }
 
@@ -105,8 +107,7 @@ impl<'a, B: Backend> Generator<'a, B> {
         let mut kv = self
             .backend
             .alloc_kv_cache(&self.model.kv_cache_spec(num_blocks, self.block_size))?;
-        let mut blocks = BlockAllocator::new(num_blocks, self.block_size);
-        let mut table = Vec::new();
+        let mut blocks = BlockManager::new(self.block_size, num_blocks, 0, false);
 
         let start = Instant::now();
         let mut tokens = prompt.to_vec();
@@ -117,12 +118,19 @@ impl<'a, B: Backend> Generator<'a, B> {
             // Prefill in chunks, then one token at a time.
             let end = (computed + self.prefill_chunk).min(tokens.len());
             let is_last_chunk = end == tokens.len();
-            blocks.ensure_capacity(&mut table, end)?;
+            if computed == 0 {
+                blocks.allocate(0, PrefixHit::default(), &tokens, end)?;
+            } else if blocks
+                .append_slots(0, &tokens, computed, end - computed)?
+                .is_none()
+            {
+                return Err(InferError::KvCache("out of blocks".into()));
+            }
             let batch = BatchInput::build(
                 &[SequenceChunk {
                     tokens: &tokens[computed..end],
                     num_computed: computed,
-                    block_table: &table,
+                    block_table: blocks.block_table(0).unwrap_or(&[]),
                     want_logits: is_last_chunk,
                 }],
                 self.block_size,

@@ -1,28 +1,37 @@
 //! infer's engine core: model loading (GGUF, safetensors, hub), tokenizer and chat templates,
-//! the op-level `Backend` trait, the Llama forward written once against it, paged KV cache
-//! metadata, sampling and generation. It knows nothing of HTTP or GPUs.
+//! the op-level `Backend` trait, the Llama forward written once against it, the block manager
+//! (paged KV cache with copy-on-write and prefix caching), the continuous-batching scheduler,
+//! the engine (`add_request` / `abort_request` / `step`), and sampling. It knows nothing of
+//! HTTP or GPUs.
 
 pub mod backend;
 pub mod batch;
+pub mod block_manager;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod hf;
 pub mod hub;
-pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod sampler;
+pub mod scheduler;
 pub mod tokenizer;
 pub mod weights;
 
-pub use backend::{AttentionParams, Backend, DeviceTensor, KvCacheSpec};
+pub use backend::{AttentionParams, Backend, DeviceMemory, DeviceTensor, KvCacheSpec};
 pub use batch::{BatchInput, SequenceChunk};
 pub use config::{ModelConfig, RopeScaling, RopeStyle};
+pub use engine::{
+    CompletedRequest, Engine, EngineConfig, EngineStats, Executor, LlamaExecutor, Prompt,
+    RequestMetrics, RequestOutput,
+};
 pub use error::{InferError, Result};
 pub use generate::{FinishReason, GenerationOutput, GenerationParams, Generator};
 pub use loader::{open_model, ModelFiles};
 pub use model::LlamaModel;
+pub use scheduler::{PreemptionMode, SchedulerConfig};
 pub use tokenizer::{ChatMessage, Tokenizer};
 pub use weights::{HostTensor, PackedTensor, WeightSource};

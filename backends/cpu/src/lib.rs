@@ -5,27 +5,24 @@
 //! everything at load instead.
 
 mod attention;
+mod kv_cache;
 mod matmul;
 mod ops;
 mod quant;
 mod tensor;
 
+use infer_core::block_manager::BlockCopy;
 use infer_core::{
     AttentionParams, Backend, BatchInput, HostTensor, InferError, KvCacheSpec, PackedTensor,
     Result, RopeStyle,
 };
 
+use kv_cache::copy_between;
+pub use kv_cache::CpuKvCache;
 pub use matmul::matmul;
 pub use quant::matmul_packed;
 use tensor::Storage;
 pub use tensor::{CpuBatch, CpuTensor};
-
-pub struct CpuKvCache {
-    spec: KvCacheSpec,
-    /// Per layer `[num_blocks, block_size, kv_heads, head_dim]`.
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-}
 
 #[derive(Debug, Clone, Copy)]
 pub struct CpuBackend {
@@ -75,6 +72,7 @@ impl Backend for CpuBackend {
     type Tensor = CpuTensor;
     type Batch = CpuBatch;
     type KvCache = CpuKvCache;
+    type SwapSpace = CpuKvCache;
 
     fn name(&self) -> String {
         let weights = if self.packed_weights { "packed" } else { "f32" };
@@ -112,12 +110,33 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<CpuKvCache> {
-        let per_layer = spec.num_blocks * spec.block_size * spec.num_kv_heads * spec.head_dim;
-        Ok(CpuKvCache {
-            spec: *spec,
-            k: vec![vec![0f32; per_layer]; spec.num_layers],
-            v: vec![vec![0f32; per_layer]; spec.num_layers],
-        })
+        Ok(CpuKvCache::new(spec))
+    }
+
+    fn alloc_swap_space(&self, spec: &KvCacheSpec) -> Result<CpuKvCache> {
+        Ok(CpuKvCache::new(spec))
+    }
+
+    fn copy_blocks(&self, cache: &mut CpuKvCache, copies: &[BlockCopy]) -> Result<()> {
+        cache.copy_blocks(copies)
+    }
+
+    fn swap_out(
+        &self,
+        cache: &CpuKvCache,
+        swap: &mut CpuKvCache,
+        copies: &[BlockCopy],
+    ) -> Result<()> {
+        copy_between(cache, swap, copies, "swap_out")
+    }
+
+    fn swap_in(
+        &self,
+        swap: &CpuKvCache,
+        cache: &mut CpuKvCache,
+        copies: &[BlockCopy],
+    ) -> Result<()> {
+        copy_between(swap, cache, copies, "swap_in")
     }
 
     fn to_host(&self, t: &CpuTensor) -> Result<HostTensor> {

@@ -1,0 +1,112 @@
+//! `infer bench latency`: a batch of requests at a time (like vLLM's benchmark_latency):
+//! end-to-end latency mean and percentiles, plus time to first token and decode speed.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use indicatif::ProgressBar;
+use infer_core::{Executor, GenerationParams, Prompt};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::json;
+
+use super::{mean, percentile, random_prompt, ModelArgs};
+
+#[derive(Debug, Args)]
+pub struct LatencyArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Requests submitted together per iteration.
+    #[arg(long, default_value_t = 1)]
+    pub batch_size: usize,
+    /// Prompt length in tokens (random ids).
+    #[arg(long, default_value_t = 128)]
+    pub input_len: usize,
+    /// Tokens generated per request (EOS is ignored).
+    #[arg(long, default_value_t = 64)]
+    pub output_len: usize,
+    #[arg(long, default_value_t = 1)]
+    pub num_iters_warmup: usize,
+    #[arg(long, default_value_t = 5)]
+    pub num_iters: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: LatencyArgs) -> Result<()> {
+    if args.num_iters == 0 || args.batch_size == 0 || args.input_len == 0 || args.output_len < 2 {
+        bail!(
+            "--num-iters, --batch-size and --input-len must be at least 1, --output-len at least 2"
+        );
+    }
+    let (mut engine, _tokenizer, backend) = args.model.engine()?;
+    let vocab = engine.executor().vocab_size();
+    let mut rng = StdRng::seed_from_u64(0);
+    let params = GenerationParams {
+        max_tokens: args.output_len,
+        temperature: 0.0,
+        seed: None,
+        stop_token_ids: vec![],
+    };
+    let bar = ProgressBar::new((args.num_iters_warmup + args.num_iters) as u64);
+    let (mut latency, mut ttft, mut decode) = (Vec::new(), Vec::new(), Vec::new());
+    for iter in 0..args.num_iters_warmup + args.num_iters {
+        let prompts = (0..args.batch_size)
+            .map(|_| Prompt::Tokens(random_prompt(&mut rng, args.input_len, vocab)))
+            .collect();
+        let start = Instant::now();
+        let results = engine.generate(prompts, std::slice::from_ref(&params), &mut |_| {})?;
+        let elapsed = start.elapsed().as_secs_f64();
+        bar.inc(1);
+        if iter < args.num_iters_warmup {
+            continue;
+        }
+        latency.push(elapsed);
+        for r in &results {
+            let m = &r.metrics;
+            if let (Some(first), Some(done)) = (m.first_token, m.finished) {
+                ttft.push((first - m.arrival).as_secs_f64());
+                decode
+                    .push((r.token_ids.len() - 1) as f64 / (done - first).as_secs_f64().max(1e-9));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let report = json!({
+        "backend": backend,
+        "batch_size": args.batch_size,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+        "num_iters": args.num_iters,
+        "latency_mean_s": mean(&latency),
+        "latency_p50_s": percentile(&latency, 0.5),
+        "latency_p90_s": percentile(&latency, 0.9),
+        "latency_p99_s": percentile(&latency, 0.99),
+        "ttft_p50_s": percentile(&ttft, 0.5),
+        "decode_tok_s_per_request_p50": percentile(&decode, 0.5),
+        "latencies_s": latency,
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "backend: {backend} | batch {} × ({} prompt + {} output tokens), {} iterations",
+            args.batch_size, args.input_len, args.output_len, args.num_iters
+        );
+        println!(
+            "latency: mean {:.3} s | p50 {:.3} s | p90 {:.3} s | p99 {:.3} s",
+            mean(&latency),
+            percentile(&latency, 0.5),
+            percentile(&latency, 0.9),
+            percentile(&latency, 0.99)
+        );
+        println!(
+            "time to first token p50: {:.1} ms | decode per request p50: {:.1} tok/s | prompt {:.1} tok/s",
+            percentile(&ttft, 0.5) * 1e3,
+            percentile(&decode, 0.5),
+            (args.input_len * args.batch_size) as f64 / percentile(&ttft, 0.5).max(1e-9)
+        );
+    }
+    Ok(())
+}

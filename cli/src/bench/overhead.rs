@@ -1,0 +1,128 @@
+//! `infer bench overhead`: what the engine itself costs per step (scheduler, block manager,
+//! batch building, sampler, detokenizer) with an executor that returns fixed logits.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use infer_core::engine::testing::FixedLogitsExecutor;
+use infer_core::{
+    open_model, Engine, EngineConfig, GenerationParams, PreemptionMode, Prompt, SchedulerConfig,
+};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::json;
+
+use super::{mean, percentile, random_prompt};
+
+#[derive(Debug, Args)]
+pub struct OverheadArgs {
+    /// Model whose tokenizer detokenizes the outputs (its weights are not loaded).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Logit row length without a model.
+    #[arg(long, default_value_t = 49152)]
+    pub vocab: usize,
+    /// Sequences decoding together.
+    #[arg(long, default_value_t = 256)]
+    pub num_seqs: usize,
+    #[arg(long, default_value_t = 32)]
+    pub prompt_len: usize,
+    /// Timed decode steps.
+    #[arg(long, default_value_t = 200)]
+    pub steps: usize,
+    /// 0 = greedy; above 0 the sampler draws from the full softmax.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: OverheadArgs) -> Result<()> {
+    if args.num_seqs == 0 || args.steps == 0 || args.prompt_len == 0 || args.block_size == 0 {
+        bail!("--num-seqs, --steps, --prompt-len and --block-size must be at least 1");
+    }
+    let tokenizer = match &args.model {
+        Some(m) => Some(Arc::new(open_model(m)?.tokenizer)),
+        None => None,
+    };
+    let vocab = tokenizer
+        .as_ref()
+        .map_or(args.vocab, |t| t.inner().get_vocab_size(true));
+    let max_tokens = args.steps + 2;
+    let max_len = args.prompt_len + max_tokens;
+    let blocks = args.num_seqs * max_len.div_ceil(args.block_size);
+    let config = EngineConfig {
+        block_size: args.block_size,
+        num_device_blocks: blocks,
+        num_host_blocks: 0,
+        max_model_len: max_len + 1,
+        enable_prefix_caching: true,
+        scheduler: SchedulerConfig {
+            max_num_seqs: args.num_seqs,
+            max_num_batched_tokens: args.num_seqs * args.prompt_len,
+            preemption_mode: PreemptionMode::Recompute,
+        },
+    };
+    let mut engine = Engine::new(FixedLogitsExecutor::new(vocab, 7), tokenizer, config)?;
+    let mut rng = StdRng::seed_from_u64(0);
+    for i in 0..args.num_seqs {
+        let params = GenerationParams {
+            max_tokens,
+            temperature: args.temperature,
+            seed: Some(i as u64),
+            stop_token_ids: vec![],
+        };
+        engine.add_request(
+            i.to_string(),
+            Prompt::Tokens(random_prompt(&mut rng, args.prompt_len, vocab)),
+            params,
+        )?;
+    }
+    // The first step prefills every prompt; the timed steps are pure decode.
+    engine.step()?;
+    if engine.stats().num_running != args.num_seqs {
+        bail!(
+            "only {} of {} sequences are running",
+            engine.stats().num_running,
+            args.num_seqs
+        );
+    }
+    let mut micros = Vec::with_capacity(args.steps);
+    for _ in 0..args.steps {
+        let t = Instant::now();
+        let outs = engine.step()?;
+        micros.push(t.elapsed().as_secs_f64() * 1e6);
+        debug_assert_eq!(outs.len(), args.num_seqs);
+    }
+    let p50 = percentile(&micros, 0.5);
+    let report = json!({
+        "num_seqs": args.num_seqs,
+        "vocab": vocab,
+        "detokenizer": args.model.is_some(),
+        "temperature": args.temperature,
+        "steps": args.steps,
+        "us_per_step_p50": p50,
+        "us_per_step_mean": mean(&micros),
+        "us_per_step_p90": percentile(&micros, 0.9),
+        "us_per_seq_p50": p50 / args.num_seqs as f64,
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "engine overhead at {} sequences (vocab {vocab}, detokenizer {}, temperature {}): {:.0} µs/step p50 (mean {:.0}, p90 {:.0}), {:.2} µs per sequence",
+            args.num_seqs,
+            if args.model.is_some() { "on" } else { "off" },
+            args.temperature,
+            p50,
+            mean(&micros),
+            percentile(&micros, 0.9),
+            p50 / args.num_seqs as f64
+        );
+    }
+    Ok(())
+}

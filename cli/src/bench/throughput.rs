@@ -1,0 +1,181 @@
+//! `infer bench throughput`: N requests submitted at once; requests/s and tokens/s.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use infer_core::{Executor, GenerationParams, Prompt};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{random_prompt, ModelArgs};
+
+#[derive(Debug, Args)]
+pub struct ThroughputArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value_t = 32)]
+    pub num_prompts: usize,
+    /// Prompt length in tokens (random ids), unless `--dataset` is given.
+    #[arg(long, default_value_t = 128)]
+    pub input_len: usize,
+    /// Tokens to generate per request (a dataset entry's `output_len` wins).
+    #[arg(long, default_value_t = 64)]
+    pub output_len: usize,
+    /// Draw lengths uniformly from [len × (1 − r), len × (1 + r)].
+    #[arg(long, default_value_t = 0.0)]
+    pub range_ratio: f64,
+    /// JSON array (or JSONL) of `{"prompt": "...", "output_len": n}`.
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// Generate exactly the output length, never stopping at EOS.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct DatasetEntry {
+    prompt: String,
+    #[serde(default)]
+    output_len: Option<usize>,
+}
+
+fn read_dataset(path: &PathBuf) -> Result<Vec<DatasetEntry>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if let Ok(v) = serde_json::from_str::<Vec<DatasetEntry>>(&text) {
+        return Ok(v);
+    }
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| {
+                format!(
+                    "{}:{}: expected {{\"prompt\": ..., \"output_len\": ...}}",
+                    path.display(),
+                    i + 1
+                )
+            })
+        })
+        .collect()
+}
+
+fn draw(rng: &mut StdRng, len: usize, ratio: f64) -> usize {
+    let lo = ((len as f64) * (1.0 - ratio)).round().max(1.0) as usize;
+    let hi = ((len as f64) * (1.0 + ratio)).round().max(lo as f64) as usize;
+    rng.random_range(lo..=hi)
+}
+
+pub fn run(args: ThroughputArgs) -> Result<()> {
+    if args.num_prompts == 0 || args.input_len == 0 || args.output_len == 0 {
+        bail!("--num-prompts, --input-len and --output-len must be at least 1");
+    }
+    if !(0.0..1.0).contains(&args.range_ratio) {
+        bail!("--range-ratio must be in [0, 1)");
+    }
+    let dataset = args.dataset.as_ref().map(read_dataset).transpose()?;
+    let (mut engine, tokenizer, backend) = args.model.engine()?;
+    let vocab = engine.executor().vocab_size();
+    let stop = if args.ignore_eos {
+        vec![]
+    } else {
+        tokenizer.eos_token_ids().to_vec()
+    };
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut prompts = Vec::new();
+    let mut params = Vec::new();
+    for i in 0..args.num_prompts {
+        let (ids, out_len) = match &dataset {
+            Some(d) if d.is_empty() => bail!("the dataset is empty"),
+            Some(d) => {
+                let e = &d[i % d.len()];
+                (
+                    tokenizer.encode(&e.prompt, true)?,
+                    e.output_len.unwrap_or(args.output_len),
+                )
+            }
+            None => {
+                let n = draw(&mut rng, args.input_len, args.range_ratio);
+                (
+                    random_prompt(&mut rng, n, vocab),
+                    draw(&mut rng, args.output_len, args.range_ratio),
+                )
+            }
+        };
+        prompts.push(Prompt::Tokens(ids));
+        params.push(GenerationParams {
+            max_tokens: out_len,
+            temperature: 1.0,
+            seed: Some(args.seed + i as u64),
+            stop_token_ids: stop.clone(),
+        });
+    }
+    // Warm-up: one short request (thread pool, page faults of the first KV blocks).
+    let warm = GenerationParams {
+        max_tokens: 2,
+        ..params[0].clone()
+    };
+    engine.generate(
+        vec![Prompt::Tokens(random_prompt(&mut rng, 8, vocab))],
+        &[warm],
+        &mut |_| {},
+    )?;
+
+    let before = engine.stats();
+    let bar = ProgressBar::new(prompts.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} requests {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let results = engine.generate(prompts, &params, &mut |_| bar.inc(1))?;
+    let elapsed = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let stats = engine.stats();
+    let output: usize = results.iter().map(|r| r.token_ids.len()).sum();
+    let input: usize = results.iter().map(|r| r.prompt_token_ids.len()).sum();
+    let n = results.len() as f64;
+    let cfg = engine.config();
+    let report = json!({
+        "backend": backend,
+        "num_prompts": results.len(),
+        "max_num_seqs": cfg.scheduler.max_num_seqs,
+        "max_num_batched_tokens": cfg.scheduler.max_num_batched_tokens,
+        "num_kv_blocks": cfg.num_device_blocks,
+        "input_tokens": input,
+        "output_tokens": output,
+        "elapsed_s": elapsed,
+        "requests_per_s": n / elapsed,
+        "output_tokens_per_s": output as f64 / elapsed,
+        "total_tokens_per_s": (input + output) as f64 / elapsed,
+        "preemptions": stats.preemptions - before.preemptions,
+        "prefix_cache_hit_tokens": stats.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens,
+        "steps": stats.steps - before.steps,
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "backend: {backend} | {} requests, {input} prompt + {output} output tokens, max {} concurrent",
+            results.len(),
+            cfg.scheduler.max_num_seqs
+        );
+        println!(
+            "throughput: {:.2} requests/s, {:.1} output tok/s, {:.1} total tok/s ({:.1} s, {} preemptions)",
+            n / elapsed,
+            output as f64 / elapsed,
+            (input + output) as f64 / elapsed,
+            elapsed,
+            report["preemptions"]
+        );
+    }
+    Ok(())
+}

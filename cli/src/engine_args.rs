@@ -1,0 +1,127 @@
+//! Engine flags shared by `generate`, `bench` (and later `serve`), and building an engine
+//! from them: scheduler limits, block size, and the KV pool sized at start-up.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use infer_core::engine::sizing::{plan_kv_pool, profile_step, KvBudget, PoolRequest};
+use infer_core::{
+    Backend, Engine, EngineConfig, LlamaExecutor, LlamaModel, PreemptionMode, SchedulerConfig,
+    Tokenizer,
+};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Preemption {
+    /// Free the victim's blocks and recompute its tokens later.
+    Recompute,
+    /// Copy the victim's blocks to host memory (`--swap-space`) and back.
+    Swap,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// KV pool size in blocks (overrides the memory-based sizing).
+    #[arg(long)]
+    pub num_kv_blocks: Option<usize>,
+    /// KV pool budget in GiB on the CPU backend.
+    #[arg(long, default_value_t = 4.0)]
+    pub kv_cache_memory: f64,
+    /// Fraction of device memory for weights, activations and the KV pool (GPU backends).
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Host memory in GiB for swapped-out KV blocks.
+    #[arg(long, default_value_t = 4.0)]
+    pub swap_space: f64,
+    /// Most sequences in one step.
+    #[arg(long, default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Most tokens in one step (decode tokens plus prefill chunks).
+    #[arg(long, default_value_t = 2048)]
+    pub max_num_batched_tokens: usize,
+    #[arg(long, value_enum, default_value = "recompute")]
+    pub preemption_mode: Preemption,
+    /// Do not reuse the KV blocks of shared prompt prefixes.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+}
+
+fn gib_to_bytes(name: &str, gib: f64) -> Result<u64> {
+    if !gib.is_finite() || gib < 0.0 {
+        anyhow::bail!("--{name} must be a non-negative number of GiB, got {gib}");
+    }
+    Ok((gib * GIB) as u64)
+}
+
+impl EngineArgs {
+    pub fn scheduler(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            preemption_mode: match self.preemption_mode {
+                Preemption::Recompute => PreemptionMode::Recompute,
+                Preemption::Swap => PreemptionMode::Swap,
+            },
+        }
+    }
+
+    /// Sizes the KV pool for `model` on `backend` and builds the engine.
+    pub fn build<B: Backend>(
+        &self,
+        backend: B,
+        model: Arc<LlamaModel<B>>,
+        tokenizer: Option<Arc<Tokenizer>>,
+        max_model_len_is_explicit: bool,
+    ) -> Result<Engine<LlamaExecutor<B>>> {
+        if self.block_size == 0 {
+            anyhow::bail!("--block-size must be at least 1");
+        }
+        let scheduler = self.scheduler();
+        scheduler.validate()?;
+        let budget = match (self.num_kv_blocks, backend.device_memory()) {
+            (Some(n), _) => KvBudget::Blocks(n),
+            (None, Some(_)) => KvBudget::DeviceFraction(self.gpu_memory_utilization),
+            (None, None) => KvBudget::Bytes(gib_to_bytes("kv-cache-memory", self.kv_cache_memory)?),
+        };
+        let profiled = match budget {
+            KvBudget::DeviceFraction(_) => {
+                profile_step(&backend, &model, &scheduler, self.block_size)?
+            }
+            _ => None,
+        };
+        // Bytes per block as the backend stores K/V (f32 on the CPU).
+        let bytes_per_block = model.kv_cache_spec(1, self.block_size).bytes_per_block(4);
+        let plan = plan_kv_pool(
+            &PoolRequest {
+                budget,
+                swap_bytes: gib_to_bytes("swap-space", self.swap_space)?,
+                bytes_per_block,
+                block_size: self.block_size,
+                max_model_len: model.max_model_len(),
+                max_model_len_is_explicit,
+            },
+            profiled,
+        )?;
+        let config = EngineConfig {
+            block_size: self.block_size,
+            num_device_blocks: plan.num_device_blocks,
+            num_host_blocks: plan.num_host_blocks,
+            max_model_len: plan.max_model_len,
+            enable_prefix_caching: !self.no_prefix_caching,
+            scheduler,
+        };
+        let executor = LlamaExecutor::new(
+            backend,
+            model,
+            self.block_size,
+            plan.num_device_blocks,
+            plan.num_host_blocks,
+        )?;
+        Ok(Engine::new(executor, tokenizer, config)?)
+    }
+}

@@ -1,0 +1,94 @@
+//! Choosing a backend, the thread pool, and loading a model with a progress bar.
+
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
+use infer_core::{open_model, Backend, LlamaModel, ModelFiles, Tokenizer};
+use infer_cpu::CpuBackend;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    Cpu,
+    Wgpu,
+    Cuda,
+}
+
+impl BackendKind {
+    /// The CPU backend, or a clear error for backends not built yet.
+    pub fn cpu(self, weights: CpuWeights) -> Result<CpuBackend> {
+        match self {
+            BackendKind::Cpu => Ok(weights.backend()),
+            other => {
+                bail!("the {other:?} backend is not available in this build yet; use --backend cpu")
+            }
+        }
+    }
+}
+
+/// How the CPU backend holds Q4_0 / Q4_1 / Q8_0 weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CpuWeights {
+    /// As stored, decoded inside the matmul (fast).
+    Packed,
+    /// Dequantized to f32 at load (the plain reference path).
+    F32,
+}
+
+impl CpuWeights {
+    pub fn backend(self) -> CpuBackend {
+        match self {
+            CpuWeights::Packed => CpuBackend::new(),
+            CpuWeights::F32 => CpuBackend::f32_weights(),
+        }
+    }
+}
+
+/// Builds rayon's global pool (default: one thread per core). The calling thread is one of the
+/// workers, so the forward's parallel ops start without a hand-off to another thread.
+pub fn init_threads(threads: Option<usize>) -> Result<()> {
+    if threads == Some(0) {
+        bail!("--threads must be at least 1");
+    }
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .use_current_thread()
+        .build_global()
+        .context("configuring the thread pool")
+}
+
+fn load_progress() -> ProgressBar {
+    ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("loading weights {bar:30} {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    )
+}
+
+/// Opens a model and uploads its weights to `backend`, with a progress bar; the weight files
+/// are released once uploaded.
+pub fn load_model<B: Backend>(
+    backend: &B,
+    spec: &str,
+    max_model_len: Option<usize>,
+) -> Result<(LlamaModel<B>, Tokenizer)> {
+    let ModelFiles {
+        config,
+        weights,
+        tokenizer,
+        location,
+    } = open_model(spec)?;
+    tracing::info!(?location, backend = backend.name(), "loading model");
+    let bar = load_progress();
+    let model = LlamaModel::load(
+        backend,
+        &config,
+        weights.as_ref(),
+        max_model_len,
+        &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+    )?;
+    bar.finish_and_clear();
+    Ok((model, tokenizer))
+}

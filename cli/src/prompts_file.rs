@@ -1,0 +1,114 @@
+//! `infer generate --prompts-file`: every prompt of a JSONL file through the engine at once,
+//! results in input order, then one summary line.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use infer_core::{Backend, Engine, GenerationParams, LlamaExecutor, Prompt, Tokenizer};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::generate::{prompt_ids, GenerateArgs};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    pub prompt: String,
+    #[serde(default)]
+    pub max_tokens: Option<usize>,
+}
+
+/// Parses the whole file first: a bad line is reported with its number and nothing runs.
+pub fn read(path: &Path) -> Result<Vec<Entry>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading prompts file {}", path.display()))?;
+    let mut entries = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let entry: Entry = serde_json::from_str(line).with_context(|| {
+            format!(
+                "{}:{}: expected {{\"prompt\": \"...\"}} (optionally \"max_tokens\")",
+                path.display(),
+                i + 1
+            )
+        })?;
+        entries.push(entry);
+    }
+    if entries.is_empty() {
+        bail!("{}: no prompts", path.display());
+    }
+    Ok(entries)
+}
+
+pub fn run<B: Backend>(
+    engine: &mut Engine<LlamaExecutor<B>>,
+    tokenizer: &Tokenizer,
+    entries: Vec<Entry>,
+    args: &GenerateArgs,
+    params: &dyn Fn(Option<usize>) -> GenerationParams,
+) -> Result<()> {
+    let mut prompts = Vec::with_capacity(entries.len());
+    let mut per_request = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let ids = prompt_ids(tokenizer, &e.prompt, args.chat)
+            .with_context(|| format!("prompt {}", i + 1))?;
+        prompts.push(Prompt::Tokens(ids));
+        per_request.push(params(e.max_tokens));
+    }
+    let bar = ProgressBar::new(prompts.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} requests {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let mut generated = 0usize;
+    let results = engine.generate(prompts, &per_request, &mut |done| {
+        generated += done.token_ids.len();
+        bar.inc(1);
+        bar.set_message(format!(
+            "{:.1} output tok/s",
+            generated as f64 / start.elapsed().as_secs_f64().max(1e-9)
+        ));
+    });
+    bar.finish_and_clear();
+    let results = results?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let stats = engine.stats();
+    let output_tokens: usize = results.iter().map(|r| r.token_ids.len()).sum();
+    let prompt_tokens: usize = results.iter().map(|r| r.prompt_token_ids.len()).sum();
+    let summary = json!({"summary": {
+        "requests": results.len(),
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "elapsed_s": elapsed,
+        "output_tokens_per_s": output_tokens as f64 / elapsed.max(1e-9),
+        "preemptions": stats.preemptions,
+        "prefix_cache_hit_tokens": stats.prefix_cache_hit_tokens,
+        "steps": stats.steps,
+    }});
+    let mut stdout = std::io::stdout().lock();
+    for (i, r) in results.iter().enumerate() {
+        if args.json {
+            let obj = json!({
+                "index": i,
+                "prompt_token_ids": r.prompt_token_ids,
+                "token_ids": r.token_ids,
+                "text": r.text,
+                "finish_reason": r.finish_reason,
+            });
+            writeln!(stdout, "{obj}")?;
+        } else {
+            writeln!(stdout, "--- {} ({:?})\n{}", i + 1, r.finish_reason, r.text)?;
+        }
+    }
+    if args.json {
+        writeln!(stdout, "{summary}")?;
+    } else {
+        eprintln!("{summary}");
+    }
+    Ok(())
+}

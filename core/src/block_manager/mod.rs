@@ -1,0 +1,453 @@
+//! The block manager: maps each sequence to its blocks in the paged KV cache (PagedAttention).
+//!
+//! Sequences share blocks by reference count: a forked sequence shares all its parent's
+//! blocks, a new prompt shares the cached blocks of a matching prefix. A sequence about to
+//! write into a shared block gets a private copy first (copy-on-write; the manager returns the
+//! copy for the backend to perform). Preempted sequences can move their blocks to host memory
+//! and back (swap). Only the last block of a sequence is ever partly empty.
+
+mod pool;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+pub use pool::{BlockHash, BlockId, CacheKey};
+use pool::{DevicePool, HostPool};
+
+use crate::error::{InferError, Result};
+
+pub type SeqId = u64;
+
+/// A block copy `(from, to)`: within the device (copy-on-write) or between device and host.
+pub type BlockCopy = (BlockId, BlockId);
+
+#[derive(Debug, Clone, Default)]
+struct SeqBlocks {
+    table: Vec<BlockId>,
+    on_host: bool,
+    /// Hashes of the leading full blocks (prefix caching on).
+    hashes: Vec<BlockHash>,
+}
+
+/// Cached leading blocks of a prompt, found by `BlockManager::find_cached_prefix`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrefixHit {
+    pub blocks: Vec<BlockId>,
+    hashes: Vec<BlockHash>,
+}
+
+impl PrefixHit {
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+fn chain_hash(parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
+    // SipHash with fixed zero keys: stable within a build, which is all a cache key needs.
+    let mut h = DefaultHasher::new();
+    parent.hash(&mut h);
+    tokens.hash(&mut h);
+    h.finish()
+}
+
+#[derive(Debug, Clone)]
+pub struct BlockManager {
+    block_size: usize,
+    device: DevicePool,
+    host: HostPool,
+    seqs: HashMap<SeqId, SeqBlocks>,
+    prefix_caching: bool,
+    /// Blocks kept free when admitting new prompts, so running sequences can grow a while
+    /// before anything must be preempted.
+    watermark_blocks: usize,
+}
+
+impl BlockManager {
+    pub fn new(
+        block_size: usize,
+        num_device_blocks: usize,
+        num_host_blocks: usize,
+        prefix_caching: bool,
+    ) -> Self {
+        BlockManager {
+            block_size,
+            device: DevicePool::new(num_device_blocks),
+            host: HostPool::new(num_host_blocks),
+            seqs: HashMap::new(),
+            prefix_caching,
+            watermark_blocks: num_device_blocks / 100,
+        }
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn num_device_blocks(&self) -> usize {
+        self.device.num_blocks()
+    }
+
+    pub fn num_host_blocks(&self) -> usize {
+        self.host.num_blocks()
+    }
+
+    /// Device blocks an allocation can get (empty plus evictable cached ones).
+    pub fn num_available_device(&self) -> usize {
+        self.device.num_available()
+    }
+
+    pub fn num_free_host(&self) -> usize {
+        self.host.num_free()
+    }
+
+    /// Fraction of device blocks referenced by sequences.
+    pub fn device_usage(&self) -> f64 {
+        let n = self.device.num_blocks().max(1);
+        (n - self.device.num_available()) as f64 / n as f64
+    }
+
+    pub fn blocks_for(&self, num_tokens: usize) -> usize {
+        num_tokens.div_ceil(self.block_size)
+    }
+
+    pub fn block_table(&self, seq: SeqId) -> Option<&[BlockId]> {
+        self.seqs.get(&seq).map(|s| s.table.as_slice())
+    }
+
+    pub fn is_on_host(&self, seq: SeqId) -> bool {
+        self.seqs.get(&seq).is_some_and(|s| s.on_host)
+    }
+
+    fn seq(&self, seq: SeqId) -> Result<&SeqBlocks> {
+        self.seqs
+            .get(&seq)
+            .ok_or_else(|| InferError::KvCache(format!("sequence {seq} has no blocks")))
+    }
+
+    /// The cached blocks matching the start of `tokens`, at most `(len - 1) / block_size` of
+    /// them: the last token is always computed, since its logits are needed.
+    pub fn find_cached_prefix(&self, tokens: &[u32]) -> PrefixHit {
+        let mut hit = PrefixHit::default();
+        if !self.prefix_caching {
+            return hit;
+        }
+        let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
+        for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
+            let parent = hit.hashes.last().copied();
+            let key = CacheKey {
+                hash: chain_hash(parent, chunk),
+                parent,
+                tokens: chunk.into(),
+            };
+            match self.device.lookup(&key) {
+                Some(b) => {
+                    hit.blocks.push(b);
+                    hit.hashes.push(key.hash);
+                }
+                None => break,
+            }
+        }
+        hit
+    }
+
+    /// Whether a new sequence holding `num_tokens` tokens (the hit's included) fits now,
+    /// keeping the watermark free when `keep_watermark`.
+    pub fn can_allocate(&self, hit: &PrefixHit, num_tokens: usize, keep_watermark: bool) -> bool {
+        let revived = hit
+            .blocks
+            .iter()
+            .filter(|&&b| self.device.is_evictable(b))
+            .count();
+        let new = self.blocks_for(num_tokens).saturating_sub(hit.blocks.len());
+        let reserve = if keep_watermark {
+            self.watermark_blocks
+        } else {
+            0
+        };
+        self.device.num_available() >= revived + new + reserve
+    }
+
+    /// Gives a new sequence the hit's blocks plus fresh ones up to `num_tokens` tokens; full
+    /// blocks become findable by later prompts. Check `can_allocate` first.
+    pub fn allocate(
+        &mut self,
+        seq: SeqId,
+        hit: PrefixHit,
+        tokens: &[u32],
+        num_tokens: usize,
+    ) -> Result<()> {
+        if self.seqs.contains_key(&seq) {
+            return Err(InferError::KvCache(format!(
+                "sequence {seq} already has blocks"
+            )));
+        }
+        if !self.can_allocate(&hit, num_tokens, false) || num_tokens > tokens.len() {
+            return Err(InferError::KvCache(format!(
+                "cannot allocate {num_tokens} tokens for sequence {seq}"
+            )));
+        }
+        for &b in &hit.blocks {
+            self.device.incref(b);
+        }
+        let mut s = SeqBlocks {
+            table: hit.blocks,
+            on_host: false,
+            hashes: hit.hashes,
+        };
+        while s.table.len() < self.blocks_for(num_tokens) {
+            // Cannot fail: `can_allocate` counted these.
+            let b = self.device.allocate().ok_or_else(|| out_of_blocks(seq))?;
+            s.table.push(b);
+        }
+        self.cache_full_blocks(&mut s, tokens, num_tokens);
+        self.seqs.insert(seq, s);
+        Ok(())
+    }
+
+    /// Device blocks `append_slots` would take: new blocks plus one copy if the block being
+    /// written is shared.
+    pub fn blocks_to_append(&self, seq: SeqId, num_computed: usize, num_new: usize) -> usize {
+        let Some(s) = self.seqs.get(&seq) else {
+            return self.blocks_for(num_computed + num_new);
+        };
+        let new = self
+            .blocks_for(num_computed + num_new)
+            .saturating_sub(s.table.len());
+        let first = num_computed / self.block_size;
+        let cow = s
+            .table
+            .get(first)
+            .is_some_and(|&b| self.device.ref_count(b) > 1);
+        new + usize::from(cow)
+    }
+
+    /// Makes room for `num_new` tokens after `num_computed`, copying a shared block about to
+    /// be written. Returns the copies to perform, or `None` (nothing changed) when the pool
+    /// has too few blocks.
+    pub fn append_slots(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        num_computed: usize,
+        num_new: usize,
+    ) -> Result<Option<Vec<BlockCopy>>> {
+        let end = num_computed + num_new;
+        let s = self.seq(seq)?;
+        if s.on_host || end > tokens.len() || s.table.len() < num_computed / self.block_size {
+            return Err(InferError::KvCache(format!(
+                "sequence {seq}: cannot append {num_new} tokens after {num_computed}"
+            )));
+        }
+        if self.blocks_to_append(seq, num_computed, num_new) > self.device.num_available() {
+            return Ok(None);
+        }
+        let Some(mut s) = self.seqs.remove(&seq) else {
+            return Err(out_of_blocks(seq));
+        };
+        let mut copies = Vec::new();
+        let first = num_computed / self.block_size;
+        if let Some(&old) = s.table.get(first) {
+            if self.device.ref_count(old) > 1 {
+                let new = self.device.allocate().ok_or_else(|| out_of_blocks(seq))?;
+                self.device.decref(old);
+                s.table[first] = new;
+                copies.push((old, new));
+            }
+        }
+        while s.table.len() < self.blocks_for(end) {
+            let b = self.device.allocate().ok_or_else(|| out_of_blocks(seq))?;
+            s.table.push(b);
+        }
+        self.cache_full_blocks(&mut s, tokens, end);
+        self.seqs.insert(seq, s);
+        Ok(Some(copies))
+    }
+
+    /// Registers the blocks completely filled by the first `num_tokens` tokens. They are
+    /// registered when scheduled, before the step computes them; a prompt that hits them in
+    /// the same step is still right, as every layer writes the step's K/V before attending.
+    fn cache_full_blocks(&mut self, s: &mut SeqBlocks, tokens: &[u32], num_tokens: usize) {
+        if !self.prefix_caching {
+            return;
+        }
+        let full = num_tokens / self.block_size;
+        for i in s.hashes.len()..full {
+            let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            let parent = s.hashes.last().copied();
+            let hash = chain_hash(parent, chunk);
+            self.device.register(
+                s.table[i],
+                CacheKey {
+                    hash,
+                    parent,
+                    tokens: chunk.into(),
+                },
+            );
+            s.hashes.push(hash);
+        }
+    }
+
+    /// The child shares every block of the parent (parallel samples, beam candidates).
+    pub fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<()> {
+        let s = self.seq(parent)?.clone();
+        if s.on_host || self.seqs.contains_key(&child) {
+            return Err(InferError::KvCache(format!(
+                "cannot fork sequence {parent} into {child}"
+            )));
+        }
+        for &b in &s.table {
+            self.device.incref(b);
+        }
+        self.seqs.insert(child, s);
+        Ok(())
+    }
+
+    /// Releases a sequence's blocks, last first: cached blocks at the end of a chain are then
+    /// evicted before the prefix they extend.
+    pub fn free(&mut self, seq: SeqId) {
+        let Some(s) = self.seqs.remove(&seq) else {
+            return;
+        };
+        for &b in s.table.iter().rev() {
+            if s.on_host {
+                self.host.decref(b);
+            } else {
+                self.device.decref(b);
+            }
+        }
+    }
+
+    /// Distinct blocks of `seqs` (shared ones counted once) on the device or the host.
+    fn distinct_blocks(&self, seqs: &[SeqId], on_host: bool) -> Result<Vec<BlockId>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for &id in seqs {
+            let s = self.seq(id)?;
+            if s.on_host != on_host {
+                return Err(InferError::KvCache(format!(
+                    "sequence {id} is already on the {}",
+                    if on_host { "device" } else { "host" }
+                )));
+            }
+            out.extend(s.table.iter().filter(|&&b| seen.insert(b)));
+        }
+        Ok(out)
+    }
+
+    pub fn can_swap_out(&self, seqs: &[SeqId]) -> bool {
+        self.distinct_blocks(seqs, false)
+            .is_ok_and(|b| b.len() <= self.host.num_free())
+    }
+
+    /// Moves the sequences' blocks to host memory. Returns the `(device, host)` copies, which
+    /// must run before this step writes to the freed device blocks.
+    pub fn swap_out(&mut self, seqs: &[SeqId]) -> Result<Vec<BlockCopy>> {
+        if !self.can_swap_out(seqs) {
+            return Err(InferError::KvCache(
+                "not enough host blocks to swap out".into(),
+            ));
+        }
+        self.move_blocks(seqs, true)
+    }
+
+    /// Whether the sequences fit back on the device with `headroom` blocks to spare.
+    pub fn can_swap_in(&self, seqs: &[SeqId], headroom: usize) -> bool {
+        self.distinct_blocks(seqs, true)
+            .is_ok_and(|b| b.len() + headroom <= self.device.num_available())
+    }
+
+    /// Brings swapped sequences back. Returns the `(host, device)` copies.
+    pub fn swap_in(&mut self, seqs: &[SeqId]) -> Result<Vec<BlockCopy>> {
+        if !self.can_swap_in(seqs, 0) {
+            return Err(InferError::KvCache(
+                "not enough device blocks to swap in".into(),
+            ));
+        }
+        self.move_blocks(seqs, false)
+    }
+
+    fn move_blocks(&mut self, seqs: &[SeqId], to_host: bool) -> Result<Vec<BlockCopy>> {
+        let mut mapping: HashMap<BlockId, BlockId> = HashMap::new();
+        let mut copies = Vec::new();
+        for &id in seqs {
+            let Some(mut s) = self.seqs.remove(&id) else {
+                return Err(out_of_blocks(id));
+            };
+            for b in s.table.iter_mut() {
+                let to = match mapping.get(b) {
+                    Some(&to) => {
+                        self.incref_on(to, to_host);
+                        to
+                    }
+                    None => {
+                        let to = self.allocate_on(to_host).ok_or_else(|| out_of_blocks(id))?;
+                        mapping.insert(*b, to);
+                        copies.push((*b, to));
+                        to
+                    }
+                };
+                self.decref_on(*b, !to_host);
+                *b = to;
+            }
+            s.on_host = to_host;
+            if !to_host {
+                // The next append re-registers the full blocks at their new places.
+                s.hashes.clear();
+            }
+            self.seqs.insert(id, s);
+        }
+        Ok(copies)
+    }
+
+    fn allocate_on(&mut self, host: bool) -> Option<BlockId> {
+        if host {
+            self.host.allocate()
+        } else {
+            self.device.allocate()
+        }
+    }
+
+    fn incref_on(&mut self, b: BlockId, on_host: bool) {
+        if on_host {
+            self.host.incref(b);
+        } else {
+            self.device.incref(b);
+        }
+    }
+
+    fn decref_on(&mut self, b: BlockId, on_host: bool) {
+        if on_host {
+            self.host.decref(b);
+        } else {
+            self.device.decref(b);
+        }
+    }
+
+    /// Device blocks from the next evicted on (for tests and debugging).
+    pub fn eviction_order(&self) -> Vec<BlockId> {
+        self.device.eviction_order()
+    }
+
+    /// Proves that no block leaked: every reference count equals the number of block-table
+    /// entries naming the block, and every unreferenced block is free or evictable, once.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut device = vec![0u32; self.device.num_blocks()];
+        let mut host = vec![0u32; self.host.num_blocks()];
+        for (id, s) in &self.seqs {
+            let refs = if s.on_host { &mut host } else { &mut device };
+            for &b in &s.table {
+                *refs
+                    .get_mut(b as usize)
+                    .ok_or_else(|| format!("sequence {id}: block {b} out of range"))? += 1;
+            }
+        }
+        self.device.check(&device)?;
+        self.host.check(&host)
+    }
+}
+
+fn out_of_blocks(seq: SeqId) -> InferError {
+    InferError::KvCache(format!("sequence {seq}: out of blocks"))
+}

@@ -1,0 +1,76 @@
+//! Executors run a scheduled step: the block moves, then the forward. The engine above them
+//! knows nothing of devices; `LlamaExecutor` runs the real model on any backend.
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::batch::BatchInput;
+use crate::error::Result;
+use crate::model::LlamaModel;
+use crate::scheduler::CacheOps;
+
+pub trait Executor {
+    /// Length of a logits row.
+    fn vocab_size(&self) -> usize;
+    /// Performs `ops` (swap out, swap in, copy, in that order), then runs `batch` if there
+    /// is one, returning its logits rows `[batch.logits_indices.len() * vocab]`.
+    fn execute(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>>;
+}
+
+/// A Llama-family model on a backend, with the device KV pool and the host swap space.
+pub struct LlamaExecutor<B: Backend> {
+    backend: B,
+    model: Arc<LlamaModel<B>>,
+    kv: B::KvCache,
+    swap: B::SwapSpace,
+}
+
+impl<B: Backend> LlamaExecutor<B> {
+    pub fn new(
+        backend: B,
+        model: Arc<LlamaModel<B>>,
+        block_size: usize,
+        num_device_blocks: usize,
+        num_host_blocks: usize,
+    ) -> Result<Self> {
+        let kv = backend.alloc_kv_cache(&model.kv_cache_spec(num_device_blocks, block_size))?;
+        let swap = backend.alloc_swap_space(&model.kv_cache_spec(num_host_blocks, block_size))?;
+        Ok(LlamaExecutor {
+            backend,
+            model,
+            kv,
+            swap,
+        })
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+}
+
+impl<B: Backend> Executor for LlamaExecutor<B> {
+    fn vocab_size(&self) -> usize {
+        self.model.config().vocab_size
+    }
+
+    fn execute(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>> {
+        let b = &self.backend;
+        if !ops.swap_out.is_empty() {
+            b.swap_out(&self.kv, &mut self.swap, &ops.swap_out)?;
+        }
+        if !ops.swap_in.is_empty() {
+            b.swap_in(&self.swap, &mut self.kv, &ops.swap_in)?;
+        }
+        if !ops.copy.is_empty() {
+            b.copy_blocks(&mut self.kv, &ops.copy)?;
+        }
+        let Some(batch) = batch else {
+            return Ok(Vec::new());
+        };
+        let logits = self.model.forward(b, batch, &mut self.kv)?;
+        if batch.logits_indices.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(b.to_host(&logits)?.data)
+    }
+}

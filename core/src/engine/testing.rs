@@ -1,0 +1,137 @@
+//! Executors without a model, for tests and the engine-overhead benchmark.
+
+use crate::batch::BatchInput;
+use crate::block_manager::BlockCopy;
+use crate::error::{InferError, Result};
+use crate::scheduler::CacheOps;
+
+use super::Executor;
+
+/// Returns one of a few fixed logit rows (chosen by the token's position), at the full cost
+/// of a real vocabulary for the sampler: isolates the engine's own per-step overhead.
+pub struct FixedLogitsExecutor {
+    rows: Vec<Vec<f32>>,
+}
+
+impl FixedLogitsExecutor {
+    pub fn new(vocab: usize, seed: u64) -> Self {
+        let mut state = seed | 1;
+        let rows = (0..8)
+            .map(|_| {
+                (0..vocab)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        (state % 10_000) as f32 / 1000.0
+                    })
+                    .collect()
+            })
+            .collect();
+        FixedLogitsExecutor { rows }
+    }
+}
+
+impl Executor for FixedLogitsExecutor {
+    fn vocab_size(&self) -> usize {
+        self.rows[0].len()
+    }
+
+    fn execute(&mut self, _ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>> {
+        let Some(b) = batch else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(b.logits_indices.len() * self.vocab_size());
+        for &i in &b.logits_indices {
+            out.extend(&self.rows[b.positions[i as usize] as usize % self.rows.len()]);
+        }
+        Ok(out)
+    }
+}
+
+/// The token a `SimulatedKvExecutor` "predicts" after `context`: a hash of all of it, so a
+/// single wrong cache slot changes the answer.
+pub fn simulated_next_token(context: &[u32], vocab: usize) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &t in context {
+        h = (h ^ t as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % vocab as u64) as u32
+}
+
+/// Keeps (token, position) in every cache slot, device and host, performs the block moves,
+/// and reads each sequence's context back through its block table: a model whose output
+/// proves the block manager and scheduler kept every sequence's cache intact.
+pub struct SimulatedKvExecutor {
+    vocab: usize,
+    block_size: usize,
+    device: Vec<Option<(u32, u32)>>,
+    host: Vec<Option<(u32, u32)>>,
+}
+
+impl SimulatedKvExecutor {
+    pub fn new(
+        vocab: usize,
+        block_size: usize,
+        num_device_blocks: usize,
+        num_host_blocks: usize,
+    ) -> Self {
+        SimulatedKvExecutor {
+            vocab,
+            block_size,
+            device: vec![None; num_device_blocks * block_size],
+            host: vec![None; num_host_blocks * block_size],
+        }
+    }
+
+    fn copy(
+        from: &[Option<(u32, u32)>],
+        to: &mut [Option<(u32, u32)>],
+        copies: &[BlockCopy],
+        bs: usize,
+    ) {
+        for &(f, t) in copies {
+            let (f, t) = (f as usize * bs, t as usize * bs);
+            to[t..t + bs].copy_from_slice(&from[f..f + bs]);
+        }
+    }
+}
+
+impl Executor for SimulatedKvExecutor {
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn execute(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>> {
+        let bs = self.block_size;
+        Self::copy(&self.device, &mut self.host, &ops.swap_out, bs);
+        Self::copy(&self.host, &mut self.device, &ops.swap_in, bs);
+        let snapshot = self.device.clone();
+        Self::copy(&snapshot, &mut self.device, &ops.copy, bs);
+        let Some(b) = batch else {
+            return Ok(Vec::new());
+        };
+        for (t, &slot) in b.slot_mapping.iter().enumerate() {
+            self.device[slot as usize] = Some((b.token_ids[t], b.positions[t]));
+        }
+        let mut out = vec![0f32; b.logits_indices.len() * self.vocab];
+        for (row, &idx) in b.logits_indices.iter().enumerate() {
+            let seq = b.query_start.partition_point(|&s| s <= idx) - 1;
+            let table = b.block_table(seq);
+            let mut context = Vec::with_capacity(b.context_lens[seq] as usize);
+            for p in 0..b.context_lens[seq] as usize {
+                let slot = table[p / bs] as usize * bs + p % bs;
+                match self.device[slot] {
+                    Some((tok, pos)) if pos as usize == p => context.push(tok),
+                    other => {
+                        return Err(InferError::KvCache(format!(
+                            "sequence {seq}: position {p} reads slot {slot} holding {other:?}"
+                        )))
+                    }
+                }
+            }
+            out[row * self.vocab + simulated_next_token(&context, self.vocab) as usize] = 1.0;
+        }
+        Ok(out)
+    }
+}

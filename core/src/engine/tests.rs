@@ -1,0 +1,235 @@
+//! The engine over the simulated-KV executor: whatever the arrivals, pool sizes and aborts,
+//! every request gets exactly the tokens its own context determines, and nothing leaks.
+
+use proptest::prelude::*;
+
+use super::testing::{simulated_next_token, SimulatedKvExecutor};
+use super::*;
+use crate::scheduler::PreemptionMode;
+
+const VOCAB: usize = 1000;
+const STOP: u32 = 7;
+const MAX_MODEL_LEN: usize = 96;
+
+struct Case {
+    block_size: usize,
+    num_blocks: usize,
+    host_blocks: usize,
+    max_num_seqs: usize,
+    max_num_batched_tokens: usize,
+    mode: PreemptionMode,
+    prefix_caching: bool,
+}
+
+/// A request: prompt, max_tokens, the step it arrives at, and the step it is aborted at.
+type Spec = (Vec<u32>, usize, usize, Option<usize>);
+
+fn expected(prompt: &[u32], max_tokens: usize) -> (Vec<u32>, FinishReason) {
+    let mut ctx = prompt.to_vec();
+    let max_len = (prompt.len() + max_tokens).min(MAX_MODEL_LEN);
+    loop {
+        let t = simulated_next_token(&ctx, VOCAB);
+        ctx.push(t);
+        if t == STOP {
+            return (ctx[prompt.len()..].to_vec(), FinishReason::Stop);
+        }
+        if ctx.len() >= max_len {
+            return (ctx[prompt.len()..].to_vec(), FinishReason::Length);
+        }
+    }
+}
+
+fn params(max_tokens: usize) -> GenerationParams {
+    GenerationParams {
+        max_tokens,
+        temperature: 0.0,
+        seed: None,
+        stop_token_ids: vec![STOP],
+    }
+}
+
+/// Runs the specs; returns total preemptions and the most sequences ever swapped at once.
+fn run(case: &Case, specs: &[Spec]) -> (u64, usize) {
+    let exec = SimulatedKvExecutor::new(VOCAB, case.block_size, case.num_blocks, case.host_blocks);
+    let mut engine = Engine::new(
+        exec,
+        None,
+        EngineConfig {
+            block_size: case.block_size,
+            num_device_blocks: case.num_blocks,
+            num_host_blocks: case.host_blocks,
+            max_model_len: MAX_MODEL_LEN,
+            enable_prefix_caching: case.prefix_caching,
+            scheduler: SchedulerConfig {
+                max_num_seqs: case.max_num_seqs,
+                max_num_batched_tokens: case.max_num_batched_tokens,
+                preemption_mode: case.mode,
+            },
+        },
+    )
+    .unwrap();
+    let mut got: HashMap<String, (Vec<u32>, Option<FinishReason>)> = HashMap::new();
+    let mut live = std::collections::HashSet::new();
+    let mut max_swapped = 0;
+    let last_arrival = specs.iter().map(|s| s.2).max().unwrap_or(0);
+    for step in 0..20_000 {
+        for (i, (prompt, max_tokens, arrive, abort)) in specs.iter().enumerate() {
+            let id = i.to_string();
+            if *arrive == step {
+                let max_len = (prompt.len() + max_tokens).min(MAX_MODEL_LEN);
+                let added = engine.add_request(id.clone(), prompt.clone(), params(*max_tokens));
+                let fits = max_len.div_ceil(case.block_size) <= case.num_blocks;
+                assert_eq!(
+                    added.is_ok(),
+                    fits && prompt.len() < MAX_MODEL_LEN,
+                    "{added:?}"
+                );
+                if added.is_ok() {
+                    live.insert(id.clone());
+                    got.insert(id.clone(), (Vec::new(), None));
+                }
+            }
+            if *abort == Some(step) && live.remove(&id) {
+                assert!(engine.abort_request(&id));
+                got.remove(&id);
+            }
+        }
+        if !engine.has_unfinished() && step > last_arrival {
+            break;
+        }
+        if engine.has_unfinished() {
+            for out in engine.step().unwrap() {
+                let entry = got.get_mut(&out.request_id).unwrap();
+                assert!(entry.1.is_none(), "output after finish");
+                entry.0.extend(&out.new_token_ids);
+                entry.1 = out.finish_reason;
+                if out.finished() {
+                    live.remove(&out.request_id);
+                }
+            }
+        }
+        engine.scheduler().check_invariants().unwrap();
+        max_swapped = max_swapped.max(engine.scheduler().num_swapped());
+    }
+    assert!(!engine.has_unfinished(), "requests never finished");
+    for (i, (prompt, max_tokens, _, _)) in specs.iter().enumerate() {
+        if let Some((tokens, reason)) = got.get(&i.to_string()) {
+            let (want, want_reason) = expected(prompt, *max_tokens);
+            assert_eq!(tokens, &want, "request {i}");
+            assert_eq!(*reason, Some(want_reason), "request {i}");
+        }
+    }
+    let bm = engine.scheduler().block_manager();
+    assert_eq!(bm.num_available_device(), case.num_blocks);
+    assert_eq!(bm.num_free_host(), case.host_blocks);
+    (engine.stats().preemptions, max_swapped)
+}
+
+fn prompt_strategy() -> impl Strategy<Value = Vec<u32>> {
+    // Prompts from three families share long prefixes, so prefix caching has hits.
+    (
+        0u32..3,
+        0usize..40,
+        prop::collection::vec(0u32..VOCAB as u32, 1..30),
+    )
+        .prop_map(|(family, shared, tail)| {
+            let mut p: Vec<u32> = (0..shared as u32).map(|i| 100 * family + i).collect();
+            p.extend(tail);
+            p
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn every_request_gets_its_own_tokens_and_nothing_leaks(
+        specs in prop::collection::vec(
+            (prompt_strategy(), 1usize..40, 0usize..12, prop::option::weighted(0.15, 0usize..30)),
+            1..20,
+        ),
+        block_size in prop::sample::select(vec![1usize, 2, 4, 8, 16]),
+        extra_blocks in 0usize..48,
+        host_blocks in 0usize..40,
+        max_num_seqs in 1usize..10,
+        extra_tokens in 0usize..64,
+        swap in any::<bool>(),
+        prefix_caching in any::<bool>(),
+    ) {
+        let case = Case {
+            block_size,
+            num_blocks: 96 / block_size / 2 + extra_blocks,
+            host_blocks,
+            max_num_seqs,
+            max_num_batched_tokens: max_num_seqs + extra_tokens,
+            mode: if swap { PreemptionMode::Swap } else { PreemptionMode::Recompute },
+            prefix_caching,
+        };
+        run(&case, &specs);
+    }
+}
+
+fn crowded(mode: PreemptionMode) -> (u64, usize) {
+    let specs: Vec<Spec> = (0..12)
+        .map(|i| ((0..10 + i).map(|t| t * 31 + i).collect(), 40, 0, None))
+        .collect();
+    let case = Case {
+        block_size: 4,
+        num_blocks: 40,
+        host_blocks: 64,
+        max_num_seqs: 12,
+        max_num_batched_tokens: 32,
+        mode,
+        prefix_caching: true,
+    };
+    run(&case, &specs)
+}
+
+#[test]
+fn a_crowded_pool_preempts_by_recompute() {
+    let (preemptions, swapped) = crowded(PreemptionMode::Recompute);
+    assert!(preemptions > 0);
+    assert_eq!(swapped, 0);
+}
+
+#[test]
+fn a_crowded_pool_preempts_by_swap() {
+    let (preemptions, swapped) = crowded(PreemptionMode::Swap);
+    assert!(preemptions > 0);
+    assert!(swapped > 0);
+}
+
+#[test]
+fn a_request_the_pool_cannot_hold_is_refused_up_front() {
+    let exec = SimulatedKvExecutor::new(VOCAB, 4, 4, 0);
+    let cfg = EngineConfig {
+        block_size: 4,
+        num_device_blocks: 4,
+        num_host_blocks: 0,
+        max_model_len: 64,
+        enable_prefix_caching: false,
+        scheduler: SchedulerConfig {
+            max_num_seqs: 4,
+            max_num_batched_tokens: 16,
+            preemption_mode: PreemptionMode::Recompute,
+        },
+    };
+    let mut e = Engine::new(exec, None, cfg).unwrap();
+    let err = e.add_request("a", vec![1u32; 10], params(10)).unwrap_err();
+    assert!(err.to_string().contains("KV pool holds 4 blocks"), "{err}");
+    assert!(matches!(
+        e.add_request("b", vec![1u32; 64], params(1)),
+        Err(InferError::PromptTooLong { .. })
+    ));
+    assert!(e.add_request("c", Vec::<u32>::new(), params(1)).is_err());
+    assert!(
+        e.add_request("d", "text", params(1)).is_err(),
+        "no tokenizer"
+    );
+    e.add_request("e", vec![1u32; 3], params(2)).unwrap();
+    assert!(
+        e.add_request("e", vec![1u32; 3], params(2)).is_err(),
+        "duplicate id"
+    );
+    assert!(!e.has_unfinished() || e.num_unfinished() == 1);
+}

@@ -1,0 +1,177 @@
+//! The continuous-batching engine on SmolLM2: many greedy requests through a KV pool too small
+//! for all of them (preemption by recompute and by swap) produce exactly what each produces
+//! alone, and a shared prompt prefix is served from the prefix cache without changing output.
+
+use std::sync::Arc;
+
+use infer_core::{
+    open_model, Engine, EngineConfig, GenerationParams, LlamaExecutor, LlamaModel, PreemptionMode,
+    Prompt, SchedulerConfig, Tokenizer,
+};
+use infer_cpu::CpuBackend;
+use infer_tests::smollm2_path;
+
+struct Smol {
+    model: Arc<LlamaModel<CpuBackend>>,
+    tokenizer: Arc<Tokenizer>,
+}
+
+fn smol() -> Smol {
+    let files = open_model(&smollm2_path()).unwrap();
+    let model = LlamaModel::load(
+        &CpuBackend::new(),
+        &files.config,
+        files.weights.as_ref(),
+        None,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    Smol {
+        model: Arc::new(model),
+        tokenizer: Arc::new(files.tokenizer),
+    }
+}
+
+fn engine(
+    s: &Smol,
+    blocks: usize,
+    host: usize,
+    mode: PreemptionMode,
+    prefix: bool,
+) -> Engine<LlamaExecutor<CpuBackend>> {
+    let exec = LlamaExecutor::new(CpuBackend::new(), s.model.clone(), 16, blocks, host).unwrap();
+    let config = EngineConfig {
+        block_size: 16,
+        num_device_blocks: blocks,
+        num_host_blocks: host,
+        max_model_len: s.model.max_model_len(),
+        enable_prefix_caching: prefix,
+        scheduler: SchedulerConfig {
+            max_num_seqs: 32,
+            max_num_batched_tokens: 192,
+            preemption_mode: mode,
+        },
+    };
+    Engine::new(exec, Some(s.tokenizer.clone()), config).unwrap()
+}
+
+fn greedy(max_tokens: usize, s: &Smol) -> GenerationParams {
+    GenerationParams {
+        max_tokens,
+        temperature: 0.0,
+        seed: None,
+        stop_token_ids: s.tokenizer.eos_token_ids().to_vec(),
+    }
+}
+
+const TOPICS: [&str; 8] = [
+    "the history of Rome",
+    "how volcanoes form",
+    "why the sky is blue",
+    "the rules of chess",
+    "making bread at home",
+    "the life of bees",
+    "how computers add numbers",
+    "the water cycle",
+];
+
+/// 32 prompts of 12 to 65 tokens, up to 8 to 40 output tokens (many stop earlier at EOS).
+fn workload(s: &Smol) -> Vec<(Vec<u32>, GenerationParams)> {
+    (0..32)
+        .map(|i| {
+            let mut text = format!("Question {i}: tell me about {}.", TOPICS[i % 8]);
+            for _ in 0..i % 5 {
+                text.push_str(" Please be precise, give examples, and explain each step clearly.");
+            }
+            let ids = s.tokenizer.encode(&text, true).unwrap();
+            (ids, greedy(8 + (i * 7) % 33, s))
+        })
+        .collect()
+}
+
+/// Each request alone, through its own engine with room for everything.
+fn alone(s: &Smol, work: &[(Vec<u32>, GenerationParams)]) -> Vec<Vec<u32>> {
+    work.iter()
+        .map(|(ids, p)| {
+            let mut e = engine(s, 16, 0, PreemptionMode::Recompute, false);
+            let out = e.generate(
+                vec![Prompt::Tokens(ids.clone())],
+                std::slice::from_ref(p),
+                &mut |_| {},
+            );
+            out.unwrap().remove(0).token_ids
+        })
+        .collect()
+}
+
+fn together(
+    s: &Smol,
+    work: &[(Vec<u32>, GenerationParams)],
+    mode: PreemptionMode,
+) -> (Vec<Vec<u32>>, u64) {
+    // 12 blocks of 16 tokens hold 192 tokens; the workload needs about 2,000 at once.
+    let mut e = engine(s, 12, 64, mode, true);
+    let prompts = work
+        .iter()
+        .map(|(ids, _)| Prompt::Tokens(ids.clone()))
+        .collect();
+    let params: Vec<_> = work.iter().map(|(_, p)| p.clone()).collect();
+    let out = e.generate(prompts, &params, &mut |_| {}).unwrap();
+    e.scheduler().check_invariants().unwrap();
+    assert_eq!(e.scheduler().block_manager().num_available_device(), 12);
+    (
+        out.into_iter().map(|r| r.token_ids).collect(),
+        e.stats().preemptions,
+    )
+}
+
+#[test]
+fn batched_greedy_outputs_equal_single_request_outputs_under_preemption() {
+    let s = smol();
+    let work = workload(&s);
+    let want = alone(&s, &work);
+    for mode in [PreemptionMode::Recompute, PreemptionMode::Swap] {
+        let (got, preemptions) = together(&s, &work, mode);
+        assert!(
+            preemptions > 0,
+            "{mode:?}: the pool was meant to force preemption"
+        );
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g, w,
+                "{mode:?}: request {i} differs from its single-request run"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_shared_prefix_is_served_from_the_cache_with_unchanged_output() {
+    let s = smol();
+    let system = "You are a careful assistant. Answer in one short sentence, use plain words, \
+                  avoid lists, never guess, and say so when a question has no clear answer. \
+                  Prefer the metric system, spell out abbreviations the first time they appear, \
+                  and keep a friendly, calm tone even when the question is odd or the user is rude. ";
+    let prefix: Vec<u32> = s.tokenizer.encode(system, true).unwrap()[..64].to_vec();
+    let with_tail = |q: &str| {
+        let mut ids = prefix.clone();
+        ids.extend(s.tokenizer.encode(q, false).unwrap());
+        ids
+    };
+    let (a, b) = (with_tail("What is ice?"), with_tail("Why do birds sing?"));
+    let want_b = alone(&s, &[(b.clone(), greedy(12, &s))]).remove(0);
+
+    let mut e = engine(&s, 64, 0, PreemptionMode::Recompute, true);
+    e.generate(vec![Prompt::Tokens(a)], &[greedy(12, &s)], &mut |_| {})
+        .unwrap();
+    assert_eq!(e.stats().prefix_cache_hit_tokens, 0);
+    let got_b = e
+        .generate(vec![Prompt::Tokens(b)], &[greedy(12, &s)], &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        e.stats().prefix_cache_hit_tokens,
+        64,
+        "four full 16-token blocks reused"
+    );
+    assert_eq!(got_b[0].token_ids, want_b);
+}
