@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llama.cpp (llama-cpp-python) on the same shapes as `infer bench latency`: a synthetic prompt
+"""llama.cpp (llama-cpp-python) on the same shapes as `infer bench latency --batch-size 1`: a synthetic prompt
 of --prompt-len ids, then --gen-len single-token decode steps; medians over --runs.
     pip install llama-cpp-python   # builds llama.cpp from source (~8 min)
     python3 scripts/bench_llama_cpp.py models/SmolLM2-135M-Instruct.Q4_1.gguf --threads 2

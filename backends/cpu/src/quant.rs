@@ -176,6 +176,57 @@ fn dot_rows_avx2<B: Block, const M: usize>(
     dot_rows::<B, M>(w_row, x, x_sums, k, out)
 }
 
+/// `w = d * code + m` for every weight of whole blocks.
+#[inline(always)]
+fn dequantize_blocks<B: Block>(w: &[u8], out: &mut [f32]) {
+    let table = f16_table();
+    let mut q = [0f32; QK];
+    for (b, o) in w.chunks_exact(B::BYTES).zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = B::codes(table, b, &mut q);
+        for l in 0..QK {
+            o[l] = q[l].mul_add(d, m);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn dequantize_blocks_avx512<B: Block>(w: &[u8], out: &mut [f32]) {
+    dequantize_blocks::<B>(w, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dequantize_blocks_avx2<B: Block>(w: &[u8], out: &mut [f32]) {
+    dequantize_blocks::<B>(w, out)
+}
+
+fn dequantize_dispatch<B: Block>(w: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { dequantize_blocks_avx512::<B>(w, out) };
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            return unsafe { dequantize_blocks_avx2::<B>(w, out) };
+        }
+    }
+    dequantize_blocks::<B>(w, out)
+}
+
+/// Decodes a tile of packed rows to f32: vectorized for Q4_0 / Q4_1 / Q8_0, the generic
+/// GGUF decoder for other block types.
+fn dequantize_tile(dtype: GgmlType, w: &[u8], out: &mut [f32]) {
+    match dtype {
+        GgmlType::Q4_0 => dequantize_dispatch::<Q4_0>(w, out),
+        GgmlType::Q4_1 => dequantize_dispatch::<Q4_1>(w, out),
+        GgmlType::Q8_0 => dequantize_dispatch::<Q8_0>(w, out),
+        _ => dtype.dequantize(w, out),
+    }
+}
+
 /// `out [m, n] = x [m, k] · wᵀ` for a packed `w [n, k]` (`k` a multiple of 32).
 pub fn matmul_packed(
     x: &[f32],
@@ -220,9 +271,16 @@ pub fn matmul_packed(
                 }
             }
         } else {
-            let mut w_f32 = vec![0f32; width * k];
-            dtype.dequantize(w_tile, &mut w_f32);
-            gemm_into(x, &w_f32, m, k, width, part, false);
+            // A per-thread buffer: a fresh zeroed tile per call cost a memset as large as the
+            // tile itself.
+            thread_local! {
+                static TILE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+            }
+            TILE.with_borrow_mut(|w_f32| {
+                w_f32.resize(width * k, 0.0);
+                dequantize_tile(dtype, w_tile, w_f32);
+                gemm_into(x, w_f32, m, k, width, part, false);
+            });
         }
     })
 }

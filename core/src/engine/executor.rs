@@ -13,8 +13,14 @@ pub trait Executor {
     /// Length of a logits row.
     fn vocab_size(&self) -> usize;
     /// Performs `ops` (swap out, swap in, copy, in that order), then runs `batch` if there
-    /// is one, returning its logits rows `[batch.logits_indices.len() * vocab]`.
-    fn execute(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>>;
+    /// is one, leaving its logits rows `[batch.logits_indices.len() * vocab]` in `logits`
+    /// (a buffer the engine reuses, so 50 MB of rows per step are not allocated afresh).
+    fn execute(
+        &mut self,
+        ops: &CacheOps,
+        batch: Option<&BatchInput>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()>;
 }
 
 /// A Llama-family model on a backend, with the device KV pool and the host swap space.
@@ -53,7 +59,13 @@ impl<B: Backend> Executor for LlamaExecutor<B> {
         self.model.config().vocab_size
     }
 
-    fn execute(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>> {
+    fn execute(
+        &mut self,
+        ops: &CacheOps,
+        batch: Option<&BatchInput>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        out.clear();
         let b = &self.backend;
         if !ops.swap_out.is_empty() {
             b.swap_out(&self.kv, &mut self.swap, &ops.swap_out)?;
@@ -65,12 +77,12 @@ impl<B: Backend> Executor for LlamaExecutor<B> {
             b.copy_blocks(&mut self.kv, &ops.copy)?;
         }
         let Some(batch) = batch else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let logits = self.model.forward(b, batch, &mut self.kv)?;
-        if batch.logits_indices.is_empty() {
-            return Ok(Vec::new());
+        if !batch.logits_indices.is_empty() {
+            *out = b.to_host(&logits)?.data;
         }
-        Ok(b.to_host(&logits)?.data)
+        Ok(())
     }
 }

@@ -10,11 +10,12 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use executor::{Executor, LlamaExecutor};
 use request::Request;
 pub use request::{CompletedRequest, Prompt, RequestMetrics, RequestOutput};
+use serde::Serialize;
 
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, SeqId};
@@ -49,9 +50,11 @@ pub struct EngineStats {
     pub prompt_tokens_computed: u64,
     pub output_tokens: u64,
     pub last_step_tokens: usize,
+    /// Wall time of the last `step()`, and the executor's part of it (block moves and the
+    /// forward); the rest is the engine's own overhead.
+    pub last_step_time: Duration,
+    pub last_execute_time: Duration,
 }
-
-use serde::Serialize;
 
 pub struct Engine<E: Executor> {
     executor: E,
@@ -62,6 +65,8 @@ pub struct Engine<E: Executor> {
     ids: HashMap<String, SeqId>,
     next_seq: SeqId,
     stats: EngineStats,
+    /// Logits rows of the last step, reused.
+    logits: Vec<f32>,
 }
 
 impl<E: Executor> Engine<E> {
@@ -93,6 +98,7 @@ impl<E: Executor> Engine<E> {
             ids: HashMap::new(),
             next_seq: 0,
             stats: EngineStats::default(),
+            logits: Vec::new(),
         })
     }
 
@@ -244,7 +250,11 @@ impl<E: Executor> Engine<E> {
         } else {
             Some(BatchInput::build(&chunks, self.config.block_size)?)
         };
-        let logits = self.executor.execute(&plan.cache_ops, batch.as_ref())?;
+        let executing = Instant::now();
+        let mut logits = std::mem::take(&mut self.logits);
+        self.executor
+            .execute(&plan.cache_ops, batch.as_ref(), &mut logits)?;
+        self.stats.last_execute_time = executing.elapsed();
 
         self.stats.steps += 1;
         self.stats.preemptions += plan.preempted.len() as u64;
@@ -319,6 +329,8 @@ impl<E: Executor> Engine<E> {
         self.stats.num_waiting = self.scheduler.num_waiting();
         self.stats.num_swapped = self.scheduler.num_swapped();
         self.stats.kv_usage = self.scheduler.block_manager().device_usage();
+        self.logits = logits;
+        self.stats.last_step_time = started.elapsed();
         Ok(outputs)
     }
 

@@ -37,15 +37,20 @@ impl Executor for FixedLogitsExecutor {
         self.rows[0].len()
     }
 
-    fn execute(&mut self, _ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>> {
+    fn execute(
+        &mut self,
+        _ops: &CacheOps,
+        batch: Option<&BatchInput>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        out.clear();
         let Some(b) = batch else {
-            return Ok(Vec::new());
+            return Ok(());
         };
-        let mut out = Vec::with_capacity(b.logits_indices.len() * self.vocab_size());
         for &i in &b.logits_indices {
             out.extend(&self.rows[b.positions[i as usize] as usize % self.rows.len()]);
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -102,19 +107,25 @@ impl Executor for SimulatedKvExecutor {
         self.vocab
     }
 
-    fn execute(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<Vec<f32>> {
+    fn execute(
+        &mut self,
+        ops: &CacheOps,
+        batch: Option<&BatchInput>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        out.clear();
         let bs = self.block_size;
         Self::copy(&self.device, &mut self.host, &ops.swap_out, bs);
         Self::copy(&self.host, &mut self.device, &ops.swap_in, bs);
         let snapshot = self.device.clone();
         Self::copy(&snapshot, &mut self.device, &ops.copy, bs);
         let Some(b) = batch else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         for (t, &slot) in b.slot_mapping.iter().enumerate() {
             self.device[slot as usize] = Some((b.token_ids[t], b.positions[t]));
         }
-        let mut out = vec![0f32; b.logits_indices.len() * self.vocab];
+        out.resize(b.logits_indices.len() * self.vocab, 0.0);
         for (row, &idx) in b.logits_indices.iter().enumerate() {
             let seq = b.query_start.partition_point(|&s| s <= idx) - 1;
             let table = b.block_table(seq);
@@ -132,6 +143,6 @@ impl Executor for SimulatedKvExecutor {
             }
             out[row * self.vocab + simulated_next_token(&context, self.vocab) as usize] = 1.0;
         }
-        Ok(out)
+        Ok(())
     }
 }
