@@ -197,12 +197,16 @@ impl BlockManager {
             on_host: false,
             hashes: hit.hashes,
         };
-        while s.table.len() < self.blocks_for(num_tokens) {
-            // Cannot fail: `can_allocate` counted these.
-            let b = self.device.allocate().ok_or_else(|| out_of_blocks(seq))?;
-            s.table.push(b);
-        }
-        self.cache_full_blocks(&mut s, tokens, num_tokens);
+        // Cannot run out: `can_allocate` counted these blocks.
+        grow(
+            &mut self.device,
+            self.block_size,
+            self.prefix_caching,
+            seq,
+            &mut s,
+            tokens,
+            num_tokens,
+        )?;
         self.seqs.insert(seq, s);
         Ok(())
     }
@@ -235,59 +239,32 @@ impl BlockManager {
         num_new: usize,
     ) -> Result<Option<Vec<BlockCopy>>> {
         let end = num_computed + num_new;
-        let s = self.seq(seq)?;
-        if s.on_host || end > tokens.len() || s.table.len() < num_computed / self.block_size {
+        let needed = self.blocks_to_append(seq, num_computed, num_new);
+        let (bs, caching) = (self.block_size, self.prefix_caching);
+        let Self { device, seqs, .. } = self;
+        let s = seqs
+            .get_mut(&seq)
+            .ok_or_else(|| InferError::KvCache(format!("sequence {seq} has no blocks")))?;
+        if s.on_host || end > tokens.len() || s.table.len() < num_computed / bs {
             return Err(InferError::KvCache(format!(
                 "sequence {seq}: cannot append {num_new} tokens after {num_computed}"
             )));
         }
-        if self.blocks_to_append(seq, num_computed, num_new) > self.device.num_available() {
+        if needed > device.num_available() {
             return Ok(None);
         }
-        let Some(mut s) = self.seqs.remove(&seq) else {
-            return Err(out_of_blocks(seq));
-        };
         let mut copies = Vec::new();
-        let first = num_computed / self.block_size;
+        let first = num_computed / bs;
         if let Some(&old) = s.table.get(first) {
-            if self.device.ref_count(old) > 1 {
-                let new = self.device.allocate().ok_or_else(|| out_of_blocks(seq))?;
-                self.device.decref(old);
+            if device.ref_count(old) > 1 {
+                let new = device.allocate().ok_or_else(|| out_of_blocks(seq))?;
+                device.decref(old);
                 s.table[first] = new;
                 copies.push((old, new));
             }
         }
-        while s.table.len() < self.blocks_for(end) {
-            let b = self.device.allocate().ok_or_else(|| out_of_blocks(seq))?;
-            s.table.push(b);
-        }
-        self.cache_full_blocks(&mut s, tokens, end);
-        self.seqs.insert(seq, s);
+        grow(device, bs, caching, seq, s, tokens, end)?;
         Ok(Some(copies))
-    }
-
-    /// Registers the blocks completely filled by the first `num_tokens` tokens. They are
-    /// registered when scheduled, before the step computes them; a prompt that hits them in
-    /// the same step is still right, as every layer writes the step's K/V before attending.
-    fn cache_full_blocks(&mut self, s: &mut SeqBlocks, tokens: &[u32], num_tokens: usize) {
-        if !self.prefix_caching {
-            return;
-        }
-        let full = num_tokens / self.block_size;
-        for i in s.hashes.len()..full {
-            let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
-            let parent = s.hashes.last().copied();
-            let hash = chain_hash(parent, chunk);
-            self.device.register(
-                s.table[i],
-                CacheKey {
-                    hash,
-                    parent,
-                    tokens: chunk.into(),
-                },
-            );
-            s.hashes.push(hash);
-        }
     }
 
     /// The child shares every block of the parent (parallel samples, beam candidates).
@@ -341,6 +318,41 @@ impl BlockManager {
         self.device.check(&device)?;
         self.host.check(&host)
     }
+}
+
+/// Gives `s` fresh blocks up to `num_tokens` tokens and, with prefix caching, registers the
+/// blocks those tokens fill. Full blocks are registered when scheduled, before the step computes
+/// them; a prompt that hits them in the same step is still right, as every layer writes the
+/// step's K/V before attending.
+fn grow(
+    device: &mut DevicePool,
+    block_size: usize,
+    prefix_caching: bool,
+    seq: SeqId,
+    s: &mut SeqBlocks,
+    tokens: &[u32],
+    num_tokens: usize,
+) -> Result<()> {
+    while s.table.len() < num_tokens.div_ceil(block_size) {
+        s.table
+            .push(device.allocate().ok_or_else(|| out_of_blocks(seq))?);
+    }
+    if !prefix_caching {
+        return Ok(());
+    }
+    for i in s.hashes.len()..num_tokens / block_size {
+        let chunk = &tokens[i * block_size..(i + 1) * block_size];
+        let parent = s.hashes.last().copied();
+        let hash = chain_hash(parent, chunk);
+        let key = CacheKey {
+            hash,
+            parent,
+            tokens: chunk.into(),
+        };
+        device.register(s.table[i], key);
+        s.hashes.push(hash);
+    }
+    Ok(())
 }
 
 fn out_of_blocks(seq: SeqId) -> InferError {

@@ -125,7 +125,7 @@ pub struct Scheduler {
     seqs: HashMap<SeqId, (SeqState, Queue)>,
     /// Each queue is kept in arrival order.
     waiting: VecDeque<SeqId>,
-    running: Vec<SeqId>,
+    running: VecDeque<SeqId>,
     swapped: VecDeque<SeqId>,
 }
 
@@ -137,7 +137,7 @@ impl Scheduler {
             blocks,
             seqs: HashMap::new(),
             waiting: VecDeque::new(),
-            running: Vec::new(),
+            running: VecDeque::new(),
             swapped: VecDeque::new(),
         })
     }
@@ -182,12 +182,8 @@ impl Scheduler {
                 format!("{id} is empty or known"),
             ));
         }
-        let arrival = state.arrival;
         self.seqs.insert(id, (state, Queue::Waiting));
-        let at = self
-            .waiting
-            .partition_point(|s| self.seqs[s].0.arrival < arrival);
-        self.waiting.insert(at, id);
+        insert_by_arrival(&self.seqs, &mut self.waiting, id);
         Ok(())
     }
 
@@ -208,16 +204,6 @@ impl Scheduler {
         }
         self.blocks.free(id);
         Some(state)
-    }
-
-    fn insert_by_arrival(
-        seqs: &HashMap<SeqId, (SeqState, Queue)>,
-        queue: &mut Vec<SeqId>,
-        id: SeqId,
-    ) {
-        let arrival = seqs[&id].0.arrival;
-        let at = queue.partition_point(|s| seqs[s].0.arrival < arrival);
-        queue.insert(at, id);
     }
 
     /// Plans the next step and advances each scheduled sequence's `num_computed`.
@@ -242,7 +228,9 @@ impl Scheduler {
                 {
                     break Some(copies);
                 }
-                let victim = self.running[self.running.len() - 1];
+                let Some(&victim) = self.running.back() else {
+                    break None;
+                };
                 self.preempt(victim, &mut out)?;
                 if victim == id {
                     break None;
@@ -340,19 +328,12 @@ impl Scheduler {
         if let Some(entry) = self.seqs.get_mut(&id) {
             entry.1 = queue;
         }
-        match queue {
-            Queue::Running => Self::insert_by_arrival(&self.seqs, &mut self.running, id),
-            Queue::Waiting | Queue::Swapped => {
-                let q = if queue == Queue::Waiting {
-                    &mut self.waiting
-                } else {
-                    &mut self.swapped
-                };
-                let arrival = self.seqs[&id].0.arrival;
-                let at = q.partition_point(|s| self.seqs[s].0.arrival < arrival);
-                q.insert(at, id);
-            }
-        }
+        let q = match queue {
+            Queue::Waiting => &mut self.waiting,
+            Queue::Running => &mut self.running,
+            Queue::Swapped => &mut self.swapped,
+        };
+        insert_by_arrival(&self.seqs, q, id);
     }
 
     /// Takes a running sequence off the device, by swap when asked and possible.
@@ -382,10 +363,10 @@ impl Scheduler {
                 self.seqs.len()
             ));
         }
-        let queues: [(&mut dyn Iterator<Item = &SeqId>, Queue); 3] = [
-            (&mut self.waiting.iter(), Queue::Waiting),
-            (&mut self.running.iter(), Queue::Running),
-            (&mut self.swapped.iter(), Queue::Swapped),
+        let queues = [
+            (&self.waiting, Queue::Waiting),
+            (&self.running, Queue::Running),
+            (&self.swapped, Queue::Swapped),
         ];
         for (ids, queue) in queues {
             for id in ids {
@@ -412,4 +393,15 @@ impl Scheduler {
         }
         Ok(())
     }
+}
+
+/// Inserts `id` after every queued sequence that arrived before it.
+fn insert_by_arrival(
+    seqs: &HashMap<SeqId, (SeqState, Queue)>,
+    queue: &mut VecDeque<SeqId>,
+    id: SeqId,
+) {
+    let arrival = seqs[&id].0.arrival;
+    let at = queue.partition_point(|s| seqs[s].0.arrival < arrival);
+    queue.insert(at, id);
 }
