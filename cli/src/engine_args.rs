@@ -94,8 +94,9 @@ impl EngineArgs {
             }
             _ => None,
         };
-        // Bytes per block as the backend stores K/V (f32 on the CPU).
-        let bytes_per_block = model.kv_cache_spec(1, self.block_size).bytes_per_block(4);
+        let bytes_per_block = model
+            .kv_cache_spec(1, self.block_size)
+            .bytes_per_block(backend.kv_element_bytes());
         let plan = plan_kv_pool(
             &PoolRequest {
                 budget,

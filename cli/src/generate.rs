@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -13,15 +12,13 @@ use infer_core::{
 };
 use serde_json::json;
 
-use crate::engine_args::EngineArgs;
-use crate::model::{init_threads, load_model, BackendKind, CpuWeights};
+use crate::model::ModelArgs;
 use crate::prompts_file;
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// GGUF file, HF model directory, or Hugging Face hub id (org/name).
-    #[arg(long)]
-    pub model: String,
+    #[command(flatten)]
+    pub load: ModelArgs,
     #[arg(
         long,
         required_unless_present = "prompts_file",
@@ -41,27 +38,9 @@ pub struct GenerateArgs {
     /// Wrap each prompt in the model's chat template as one user message.
     #[arg(long)]
     pub chat: bool,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub backend: BackendKind,
-    #[arg(long, value_enum, default_value = "packed")]
-    pub cpu_weights: CpuWeights,
     /// Print JSON (one object per prompt, in input order) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Cap the context length (default: the model's, lowered if the KV pool is smaller).
-    #[arg(long)]
-    pub max_model_len: Option<usize>,
-    #[command(flatten)]
-    pub engine: EngineArgs,
-}
-
-pub fn run(args: GenerateArgs) -> Result<()> {
-    init_threads(args.threads)?;
-    let backend = args.backend.cpu(args.cpu_weights)?;
-    run_with(backend, &args)
 }
 
 /// Prompt text as the model should see it: the chat template applied when asked.
@@ -74,21 +53,13 @@ pub fn prompt_ids(tokenizer: &Tokenizer, text: &str, chat: bool) -> Result<Vec<u
     })
 }
 
-fn run_with<B: Backend>(backend: B, args: &GenerateArgs) -> Result<()> {
+pub fn run(args: GenerateArgs) -> Result<()> {
     // Read the prompts before the (slow) model load, so a bad file fails fast.
     let file = match &args.prompts_file {
         Some(path) => Some(prompts_file::read(path)?),
         None => None,
     };
-    let name = backend.name();
-    let (model, tokenizer) = load_model(&backend, &args.model, args.max_model_len)?;
-    let tokenizer = Arc::new(tokenizer);
-    let mut engine = args.engine.build(
-        backend,
-        Arc::new(model),
-        Some(tokenizer.clone()),
-        args.max_model_len.is_some(),
-    )?;
+    let (mut engine, tokenizer, name) = args.load.engine()?;
     let params = |max_tokens: Option<usize>| GenerationParams {
         max_tokens: max_tokens.unwrap_or(args.max_tokens),
         temperature: args.temperature,
@@ -96,7 +67,7 @@ fn run_with<B: Backend>(backend: B, args: &GenerateArgs) -> Result<()> {
         stop_token_ids: tokenizer.eos_token_ids().to_vec(),
     };
     match file {
-        Some(entries) => prompts_file::run(&mut engine, &tokenizer, entries, args, &params),
+        Some(entries) => prompts_file::run(&mut engine, &tokenizer, entries, &args, &params),
         None => {
             let text = args.prompt.as_deref().context("--prompt is required")?;
             let ids = prompt_ids(&tokenizer, text, args.chat)?;

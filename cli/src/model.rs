@@ -1,10 +1,14 @@
 //! Choosing a backend, the thread pool, and loading a model with a progress bar.
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context, Result};
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use infer_core::{open_model, Backend, LlamaModel, ModelFiles, Tokenizer};
+use infer_core::{open_model, Backend, Engine, LlamaExecutor, LlamaModel, ModelFiles, Tokenizer};
 use infer_cpu::CpuBackend;
+
+use crate::engine_args::EngineArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -91,4 +95,44 @@ pub fn load_model<B: Backend>(
     )?;
     bar.finish_and_clear();
     Ok((model, tokenizer))
+}
+
+/// The model, backend and engine flags of every command that runs a model.
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// GGUF file, HF model directory, or Hugging Face hub id (org/name).
+    #[arg(long)]
+    pub model: String,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: BackendKind,
+    #[arg(long, value_enum, default_value = "packed")]
+    pub cpu_weights: CpuWeights,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Cap the context length (default: the model's, lowered if the KV pool is smaller).
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+pub type CpuEngine = Engine<LlamaExecutor<CpuBackend>>;
+
+impl ModelArgs {
+    /// Loads the model and builds the engine on the chosen backend.
+    pub fn engine(&self) -> Result<(CpuEngine, Arc<Tokenizer>, String)> {
+        init_threads(self.threads)?;
+        let backend = self.backend.cpu(self.cpu_weights)?;
+        let name = backend.name();
+        let (model, tokenizer) = load_model(&backend, &self.model, self.max_model_len)?;
+        let tokenizer = Arc::new(tokenizer);
+        let engine = self.engine.build(
+            backend,
+            Arc::new(model),
+            Some(tokenizer.clone()),
+            self.max_model_len.is_some(),
+        )?;
+        Ok((engine, tokenizer, name))
+    }
 }

@@ -88,6 +88,10 @@ pub trait Backend {
         cache: &mut Self::KvCache,
         copies: &[BlockCopy],
     ) -> Result<()>;
+    /// Bytes one cached K or V element takes (f32 on the CPU); sizes the KV pool.
+    fn kv_element_bytes(&self) -> usize {
+        4
+    }
     /// Device memory, for sizing the KV pool; `None` where the backend cannot tell (CPU:
     /// the pool is sized from an explicit budget).
     fn device_memory(&self) -> Option<DeviceMemory> {

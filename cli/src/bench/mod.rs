@@ -6,16 +6,12 @@ mod latency;
 mod overhead;
 mod throughput;
 
-use std::sync::Arc;
-
 use anyhow::Result;
-use clap::{Args, Subcommand};
-use infer_core::{Backend, Engine, LlamaExecutor, Tokenizer};
+use clap::Subcommand;
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use crate::engine_args::EngineArgs;
-use crate::model::{init_threads, load_model, BackendKind, CpuWeights};
+pub use crate::model::ModelArgs;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -32,44 +28,6 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Throughput(a) => throughput::run(a),
         BenchCommand::Latency(a) => latency::run(a),
         BenchCommand::Overhead(a) => overhead::run(a),
-    }
-}
-
-/// The model and engine flags every model benchmark takes.
-#[derive(Debug, Args)]
-pub struct ModelArgs {
-    /// GGUF file, HF model directory, or Hugging Face hub id (org/name).
-    #[arg(long)]
-    pub model: String,
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub backend: BackendKind,
-    #[arg(long, value_enum, default_value = "packed")]
-    pub cpu_weights: CpuWeights,
-    #[arg(long)]
-    pub threads: Option<usize>,
-    #[arg(long)]
-    pub max_model_len: Option<usize>,
-    #[command(flatten)]
-    pub engine: EngineArgs,
-}
-
-pub type CpuEngine = Engine<LlamaExecutor<infer_cpu::CpuBackend>>;
-
-impl ModelArgs {
-    /// Loads the model and builds the engine on the chosen backend.
-    pub fn engine(&self) -> Result<(CpuEngine, Arc<Tokenizer>, String)> {
-        init_threads(self.threads)?;
-        let backend = self.backend.cpu(self.cpu_weights)?;
-        let name = backend.name();
-        let (model, tokenizer) = load_model(&backend, &self.model, self.max_model_len)?;
-        let tokenizer = Arc::new(tokenizer);
-        let engine = self.engine.build(
-            backend,
-            Arc::new(model),
-            Some(tokenizer.clone()),
-            self.max_model_len.is_some(),
-        )?;
-        Ok((engine, tokenizer, name))
     }
 }
 
