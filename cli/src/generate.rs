@@ -7,13 +7,12 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use infer_core::{
-    Backend, ChatMessage, Engine, GenerationParams, LlamaExecutor, Prompt, RequestMetrics,
-    Tokenizer,
+    Backend, ChatMessage, Engine, LlamaExecutor, Prompt, RequestMetrics, SamplingParams, Tokenizer,
 };
-use serde_json::json;
 
 use crate::model::ModelArgs;
 use crate::prompts_file;
+use crate::sampling_args::{completion_json, SamplingArgs};
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -28,13 +27,8 @@ pub struct GenerateArgs {
     /// JSONL, one `{"prompt": "..."}` per line (optionally `"max_tokens"`): all run together.
     #[arg(long)]
     pub prompts_file: Option<PathBuf>,
-    #[arg(long, default_value_t = 256)]
-    pub max_tokens: usize,
-    /// 0 samples greedily.
-    #[arg(long, default_value_t = 1.0)]
-    pub temperature: f32,
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Wrap each prompt in the model's chat template as one user message.
     #[arg(long)]
     pub chat: bool,
@@ -59,19 +53,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         Some(path) => Some(prompts_file::read(path)?),
         None => None,
     };
+    // Bad sampling flags fail before the model load too.
+    let params = args.sampling.params(None)?;
     let (mut engine, tokenizer, name) = args.load.engine()?;
-    let params = |max_tokens: Option<usize>| GenerationParams {
-        max_tokens: max_tokens.unwrap_or(args.max_tokens),
-        temperature: args.temperature,
-        seed: args.seed,
-        stop_token_ids: tokenizer.eos_token_ids().to_vec(),
-    };
     match file {
-        Some(entries) => prompts_file::run(&mut engine, &tokenizer, entries, &args, &params),
+        Some(entries) => prompts_file::run(&mut engine, &tokenizer, entries, &args),
         None => {
             let text = args.prompt.as_deref().context("--prompt is required")?;
             let ids = prompt_ids(&tokenizer, text, args.chat)?;
-            stream_one(&mut engine, ids, params(None), args.json, &name)
+            stream_one(&mut engine, ids, params, args.json, &name)
         }
     }
 }
@@ -90,46 +80,53 @@ fn speeds(m: &RequestMetrics) -> (f64, f64) {
 fn stream_one<B: Backend>(
     engine: &mut Engine<LlamaExecutor<B>>,
     ids: Vec<u32>,
-    params: GenerationParams,
+    params: SamplingParams,
     json: bool,
     backend_name: &str,
 ) -> Result<()> {
     let prompt_token_ids = ids.clone();
+    // Text streams for one sequence; several are printed when they are all done.
+    let stream = !json && params.n == 1 && params.streamable();
     engine.add_request("0", Prompt::Tokens(ids), params)?;
     let mut stdout = std::io::stdout().lock();
-    let mut token_ids: Vec<u32> = Vec::new();
-    let mut text = String::new();
     loop {
         for out in engine.step()? {
-            token_ids.extend(&out.new_token_ids);
-            text.push_str(&out.text_delta);
-            if !json {
-                // A closed stdout (e.g. `| head`) must not abort generation with a panic.
-                let _ = stdout
-                    .write_all(out.text_delta.as_bytes())
-                    .and_then(|_| stdout.flush());
+            if stream {
+                for d in &out.deltas {
+                    // A closed stdout (e.g. `| head`) must not abort generation with a panic.
+                    let _ = stdout
+                        .write_all(d.text_delta.as_bytes())
+                        .and_then(|_| stdout.flush());
+                }
             }
-            let Some(reason) = out.finish_reason else {
+            let Some(outputs) = &out.outputs else {
                 continue;
             };
             if json {
-                let obj = json!({
-                    "prompt_token_ids": prompt_token_ids,
-                    "token_ids": token_ids,
-                    "text": text,
-                    "finish_reason": reason,
-                });
+                let obj = completion_json(&prompt_token_ids, outputs, out.prompt_logprobs.as_ref());
                 writeln!(stdout, "{obj}")?;
-            } else {
-                writeln!(stdout)?;
-                stdout.flush()?;
-                let (prefill, decode) = speeds(&out.metrics);
-                eprintln!(
-                    "prompt tokens: {} | generated tokens: {} | finish: {reason:?} | prefill: {prefill:.1} tok/s | decode: {decode:.1} tok/s | backend: {backend_name}",
-                    prompt_token_ids.len(),
-                    token_ids.len(),
-                );
+                return Ok(());
             }
+            if stream {
+                writeln!(stdout)?;
+            } else {
+                for o in outputs {
+                    writeln!(
+                        stdout,
+                        "--- output {} ({:?})\n{}",
+                        o.index, o.finish_reason, o.text
+                    )?;
+                }
+            }
+            stdout.flush()?;
+            let (prefill, decode) = speeds(&out.metrics);
+            let first = &outputs[0];
+            eprintln!(
+                "prompt tokens: {} | generated tokens: {} | finish: {:?} | prefill: {prefill:.1} tok/s | decode: {decode:.1} tok/s | backend: {backend_name}",
+                prompt_token_ids.len(),
+                out.metrics.num_output_tokens,
+                first.finish_reason,
+            );
             return Ok(());
         }
     }

@@ -5,6 +5,7 @@ mod engine_args;
 mod generate;
 mod model;
 mod prompts_file;
+mod sampling_args;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

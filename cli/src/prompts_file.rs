@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use infer_core::{Backend, Engine, GenerationParams, LlamaExecutor, Prompt, Tokenizer};
+use infer_core::{Backend, Engine, LlamaExecutor, Prompt, Tokenizer};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::generate::{prompt_ids, GenerateArgs};
+use crate::sampling_args::completion_json;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,7 +51,6 @@ pub fn run<B: Backend>(
     tokenizer: &Tokenizer,
     entries: Vec<Entry>,
     args: &GenerateArgs,
-    params: &dyn Fn(Option<usize>) -> GenerationParams,
 ) -> Result<()> {
     let mut prompts = Vec::with_capacity(entries.len());
     let mut per_request = Vec::with_capacity(entries.len());
@@ -58,7 +58,11 @@ pub fn run<B: Backend>(
         let ids = prompt_ids(tokenizer, &e.prompt, args.chat)
             .with_context(|| format!("prompt {}", i + 1))?;
         prompts.push(Prompt::Tokens(ids));
-        per_request.push(params(e.max_tokens));
+        per_request.push(
+            args.sampling
+                .params(e.max_tokens)
+                .with_context(|| format!("prompt {}", i + 1))?,
+        );
     }
     let bar = ProgressBar::new(prompts.len() as u64).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} requests {elapsed} {msg}")
@@ -67,7 +71,7 @@ pub fn run<B: Backend>(
     let start = Instant::now();
     let mut generated = 0usize;
     let results = engine.generate(prompts, &per_request, &mut |done| {
-        generated += done.token_ids.len();
+        generated += done.metrics.num_output_tokens;
         bar.inc(1);
         bar.set_message(format!(
             "{:.1} output tok/s",
@@ -78,7 +82,7 @@ pub fn run<B: Backend>(
     let results = results?;
     let elapsed = start.elapsed().as_secs_f64();
     let stats = engine.stats();
-    let output_tokens: usize = results.iter().map(|r| r.token_ids.len()).sum();
+    let output_tokens: usize = results.iter().map(|r| r.metrics.num_output_tokens).sum();
     let prompt_tokens: usize = results.iter().map(|r| r.prompt_token_ids.len()).sum();
     let summary = json!({"summary": {
         "requests": results.len(),
@@ -89,20 +93,19 @@ pub fn run<B: Backend>(
         "preemptions": stats.preemptions,
         "prefix_cache_hit_tokens": stats.prefix_cache_hit_tokens,
         "steps": stats.steps,
+        "kv_blocks_saved_by_sharing": saved_fraction(&stats),
     }});
     let mut stdout = std::io::stdout().lock();
     for (i, r) in results.iter().enumerate() {
         if args.json {
-            let obj = json!({
-                "index": i,
-                "prompt_token_ids": r.prompt_token_ids,
-                "token_ids": r.token_ids,
-                "text": r.text,
-                "finish_reason": r.finish_reason,
-            });
+            let mut obj =
+                completion_json(&r.prompt_token_ids, &r.outputs, r.prompt_logprobs.as_ref());
+            obj["index"] = json!(i);
             writeln!(stdout, "{obj}")?;
         } else {
-            writeln!(stdout, "--- {} ({:?})\n{}", i + 1, r.finish_reason, r.text)?;
+            for o in &r.outputs {
+                writeln!(stdout, "--- {} ({:?})\n{}", i + 1, o.finish_reason, o.text)?;
+            }
         }
     }
     if args.json {
@@ -111,4 +114,12 @@ pub fn run<B: Backend>(
         eprintln!("{summary}");
     }
     Ok(())
+}
+
+/// Fraction of block-table entries served by shared blocks, averaged over steps.
+pub fn saved_fraction(stats: &infer_core::EngineStats) -> f64 {
+    if stats.sum_blocks_logical == 0 {
+        return 0.0;
+    }
+    1.0 - stats.sum_blocks_physical as f64 / stats.sum_blocks_logical as f64
 }

@@ -13,6 +13,8 @@ pub struct SequenceChunk<'a> {
     pub block_table: &'a [u32],
     /// Whether the last token's logits are wanted (false for a non-final prefill chunk).
     pub want_logits: bool,
+    /// Logits for every token of the chunk (prompt logprobs), the last one's included.
+    pub all_logits: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,8 +73,11 @@ impl BatchInput {
                     c.block_table[pos / block_size] * block_size as u32 + (pos % block_size) as u32,
                 );
             }
-            if c.want_logits {
-                b.logits_indices.push(b.token_ids.len() as u32 - 1);
+            let end = b.token_ids.len() as u32;
+            if c.all_logits {
+                b.logits_indices.extend(end - c.tokens.len() as u32..end);
+            } else if c.want_logits {
+                b.logits_indices.push(end - 1);
             }
             b.query_start.push(b.token_ids.len() as u32);
             b.context_lens.push(ctx as u32);
@@ -111,12 +116,14 @@ mod tests {
                     num_computed: 0,
                     block_table: &[3, 1],
                     want_logits: true,
+                    all_logits: false,
                 },
                 SequenceChunk {
                     tokens: &decode,
                     num_computed: 4,
                     block_table: &[2, 0, 4],
                     want_logits: true,
+                    all_logits: false,
                 },
             ],
             2,
@@ -139,6 +146,7 @@ mod tests {
                 num_computed: 0,
                 block_table: &[0],
                 want_logits: true,
+                all_logits: false,
             }],
             2,
         );

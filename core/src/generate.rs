@@ -4,6 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
 use serde::Serialize;
 
 use crate::backend::Backend;
@@ -11,20 +14,10 @@ use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, PrefixHit};
 use crate::error::{InferError, Result};
 use crate::model::LlamaModel;
-use crate::sampler::Sampler;
+use crate::sampling::{sample_batch, SamplerRow, SamplingParams};
 use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
 
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
-
-#[derive(Debug, Clone)]
-pub struct GenerationParams {
-    pub max_tokens: usize,
-    /// 0 = greedy.
-    pub temperature: f32,
-    pub seed: Option<u64>,
-    /// Generation stops after any of these (the model's EOS ids, usually).
-    pub stop_token_ids: Vec<u32>,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,7 +77,7 @@ impl<'a, B: Backend> Generator<'a, B> {
     pub fn generate(
         &self,
         prompt: &[u32],
-        params: &GenerationParams,
+        params: &SamplingParams,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<GenerationOutput> {
         let max_len = self.model.max_model_len();
@@ -97,12 +90,24 @@ impl<'a, B: Backend> Generator<'a, B> {
                 max_model_len: max_len,
             });
         }
-        if params.max_tokens == 0 {
-            return Err(InferError::invalid("max_tokens", "must be at least 1"));
+        params.validate()?;
+        if params.best_of() > 1 {
+            return Err(InferError::invalid(
+                "n",
+                "the single-sequence generator samples one sequence",
+            ));
         }
-        let mut sampler = Sampler::new(params.temperature, params.seed)?;
+        let mut rng = match params.seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_os_rng(),
+        };
+        let mut stop_ids = params.stop_token_ids.clone();
+        if !params.ignore_eos {
+            stop_ids.extend(self.tokenizer.eos_token_ids());
+        }
+        let max_tokens = params.max_tokens.unwrap_or(max_len);
         // The cache holds at most the prompt plus every token but the last sampled one.
-        let capacity = (prompt.len() + params.max_tokens).min(max_len);
+        let capacity = (prompt.len() + max_tokens).min(max_len);
         let num_blocks = capacity.div_ceil(self.block_size);
         let mut kv = self
             .backend
@@ -132,6 +137,7 @@ impl<'a, B: Backend> Generator<'a, B> {
                     num_computed: computed,
                     block_table: blocks.block_table(0).unwrap_or(&[]),
                     want_logits: is_last_chunk,
+                    all_logits: false,
                 }],
                 self.block_size,
             )?;
@@ -140,16 +146,31 @@ impl<'a, B: Backend> Generator<'a, B> {
             if !is_last_chunk {
                 continue;
             }
-            let logits = self.backend.to_host(&logits)?;
-            let next = sampler.sample(&logits.data);
+            let mut logits = self.backend.to_host(&logits)?.data;
+            let generated = tokens.len() - prompt.len();
+            let next = sample_batch(&mut [SamplerRow {
+                logits: &mut logits,
+                params,
+                prompt,
+                output: &tokens[prompt.len()..],
+                uniforms: &[rng.random()],
+                banned: if generated < params.min_tokens {
+                    &stop_ids
+                } else {
+                    &[]
+                },
+                num_top: 0,
+            }])[0]
+                .samples[0]
+                .token;
             first_token_at.get_or_insert_with(Instant::now);
             tokens.push(next);
             let generated = tokens.len() - prompt.len();
-            if params.stop_token_ids.contains(&next) {
+            if generated >= params.min_tokens && stop_ids.contains(&next) {
                 break FinishReason::Stop;
             }
             on_text(&detok.push(self.tokenizer, next)?);
-            if generated >= params.max_tokens || tokens.len() >= max_len {
+            if generated >= max_tokens || tokens.len() >= max_len {
                 break FinishReason::Length;
             }
         };

@@ -16,7 +16,7 @@ pub mod hf;
 pub mod hub;
 pub mod loader;
 pub mod model;
-pub mod sampler;
+pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;
 pub mod weights;
@@ -25,13 +25,14 @@ pub use backend::{AttentionParams, Backend, DeviceMemory, DeviceTensor, KvCacheS
 pub use batch::{BatchInput, SequenceChunk};
 pub use config::{ModelConfig, RopeScaling, RopeStyle};
 pub use engine::{
-    CompletedRequest, Engine, EngineConfig, EngineStats, Executor, LlamaExecutor, Prompt,
-    RequestMetrics, RequestOutput,
+    CompletedRequest, CompletionOutput, Engine, EngineConfig, EngineStats, Executor, LlamaExecutor,
+    Prompt, RequestMetrics, RequestOutput, SequenceDelta, StopReason, TokenLogprobs, TopLogprob,
 };
 pub use error::{InferError, Result};
-pub use generate::{FinishReason, GenerationOutput, GenerationParams, Generator};
+pub use generate::{FinishReason, GenerationOutput, Generator};
 pub use loader::{open_model, ModelFiles};
 pub use model::LlamaModel;
+pub use sampling::SamplingParams;
 pub use scheduler::{PreemptionMode, SchedulerConfig};
 pub use tokenizer::{ChatMessage, Tokenizer};
 pub use weights::{HostTensor, PackedTensor, WeightSource};

@@ -81,6 +81,7 @@ impl Loaded {
             num_computed: 0,
             block_table: &table,
             want_logits: true,
+            all_logits: false,
         };
         let batch = BatchInput::build(&[chunk], bs).unwrap();
         let logits = self.model.forward(&self.backend, &batch, &mut kv).unwrap();

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use infer_core::{
-    open_model, Engine, EngineConfig, GenerationParams, LlamaExecutor, LlamaModel, PreemptionMode,
-    Prompt, SchedulerConfig, Tokenizer,
+    open_model, Engine, EngineConfig, LlamaExecutor, LlamaModel, PreemptionMode, Prompt,
+    SamplingParams, SchedulerConfig, Tokenizer,
 };
 use infer_cpu::CpuBackend;
 use infer_tests::smollm2_path;
@@ -55,13 +55,8 @@ fn engine(
     Engine::new(exec, Some(s.tokenizer.clone()), config).unwrap()
 }
 
-fn greedy(max_tokens: usize, s: &Smol) -> GenerationParams {
-    GenerationParams {
-        max_tokens,
-        temperature: 0.0,
-        seed: None,
-        stop_token_ids: s.tokenizer.eos_token_ids().to_vec(),
-    }
+fn greedy(max_tokens: usize) -> SamplingParams {
+    SamplingParams::greedy(max_tokens)
 }
 
 const TOPICS: [&str; 8] = [
@@ -76,7 +71,7 @@ const TOPICS: [&str; 8] = [
 ];
 
 /// 32 prompts of 12 to 65 tokens, up to 8 to 40 output tokens (many stop earlier at EOS).
-fn workload(s: &Smol) -> Vec<(Vec<u32>, GenerationParams)> {
+fn workload(s: &Smol) -> Vec<(Vec<u32>, SamplingParams)> {
     (0..32)
         .map(|i| {
             let mut text = format!("Question {i}: tell me about {}.", TOPICS[i % 8]);
@@ -84,13 +79,13 @@ fn workload(s: &Smol) -> Vec<(Vec<u32>, GenerationParams)> {
                 text.push_str(" Please be precise, give examples, and explain each step clearly.");
             }
             let ids = s.tokenizer.encode(&text, true).unwrap();
-            (ids, greedy(8 + (i * 7) % 33, s))
+            (ids, greedy(8 + (i * 7) % 33))
         })
         .collect()
 }
 
 /// Each request alone, through its own engine with room for everything.
-fn alone(s: &Smol, work: &[(Vec<u32>, GenerationParams)]) -> Vec<Vec<u32>> {
+fn alone(s: &Smol, work: &[(Vec<u32>, SamplingParams)]) -> Vec<Vec<u32>> {
     work.iter()
         .map(|(ids, p)| {
             let mut e = engine(s, 16, 0, PreemptionMode::Recompute, false);
@@ -99,14 +94,14 @@ fn alone(s: &Smol, work: &[(Vec<u32>, GenerationParams)]) -> Vec<Vec<u32>> {
                 std::slice::from_ref(p),
                 &mut |_| {},
             );
-            out.unwrap().remove(0).token_ids
+            out.unwrap().remove(0).outputs.remove(0).token_ids
         })
         .collect()
 }
 
 fn together(
     s: &Smol,
-    work: &[(Vec<u32>, GenerationParams)],
+    work: &[(Vec<u32>, SamplingParams)],
     mode: PreemptionMode,
 ) -> (Vec<Vec<u32>>, u64) {
     // 12 blocks of 16 tokens hold 192 tokens; the workload needs about 2,000 at once.
@@ -120,7 +115,9 @@ fn together(
     e.scheduler().check_invariants().unwrap();
     assert_eq!(e.scheduler().block_manager().num_available_device(), 12);
     (
-        out.into_iter().map(|r| r.token_ids).collect(),
+        out.into_iter()
+            .map(|mut r| r.outputs.remove(0).token_ids)
+            .collect(),
         e.stats().preemptions,
     )
 }
@@ -159,19 +156,19 @@ fn a_shared_prefix_is_served_from_the_cache_with_unchanged_output() {
         ids
     };
     let (a, b) = (with_tail("What is ice?"), with_tail("Why do birds sing?"));
-    let want_b = alone(&s, &[(b.clone(), greedy(12, &s))]).remove(0);
+    let want_b = alone(&s, &[(b.clone(), greedy(12))]).remove(0);
 
     let mut e = engine(&s, 64, 0, PreemptionMode::Recompute, true);
-    e.generate(vec![Prompt::Tokens(a)], &[greedy(12, &s)], &mut |_| {})
+    e.generate(vec![Prompt::Tokens(a)], &[greedy(12)], &mut |_| {})
         .unwrap();
     assert_eq!(e.stats().prefix_cache_hit_tokens, 0);
     let got_b = e
-        .generate(vec![Prompt::Tokens(b)], &[greedy(12, &s)], &mut |_| {})
+        .generate(vec![Prompt::Tokens(b)], &[greedy(12)], &mut |_| {})
         .unwrap();
     assert_eq!(
         e.stats().prefix_cache_hit_tokens,
         64,
         "four full 16-token blocks reused"
     );
-    assert_eq!(got_b[0].token_ids, want_b);
+    assert_eq!(got_b[0].first().token_ids, want_b);
 }

@@ -1,6 +1,6 @@
 //! The CPU backend against the float64 numpy reference (scripts/reference.py), on SmolLM2.
 
-use infer_core::{ChatMessage, GenerationParams};
+use infer_core::ChatMessage;
 use infer_tests::{
     cpu_backends, fixtures_dir, load_cpu, load_cpu_with, max_abs_diff, smollm2_path, Loaded,
 };
@@ -120,12 +120,7 @@ fn greedy_tokens_match_reference_up_to_near_ties() {
     let m = load_cpu(&smollm2_path());
     let gen = m.generator();
     for case in &f.cases {
-        let params = GenerationParams {
-            max_tokens: case.greedy_ids.len(),
-            temperature: 0.0,
-            seed: None,
-            stop_token_ids: m.files.tokenizer.eos_token_ids().to_vec(),
-        };
+        let params = infer_core::SamplingParams::greedy(case.greedy_ids.len());
         let out = gen
             .generate(&case.prompt_ids, &params, &mut |_| {})
             .unwrap();
@@ -154,12 +149,7 @@ fn chat_answer_is_paris_and_stops_at_im_end() {
     let f = fixture();
     let case = f.cases.iter().find(|c| c.name == "chat").unwrap();
     let m = load_cpu(&smollm2_path());
-    let params = GenerationParams {
-        max_tokens: 32,
-        temperature: 0.0,
-        seed: None,
-        stop_token_ids: m.files.tokenizer.eos_token_ids().to_vec(),
-    };
+    let params = infer_core::SamplingParams::greedy(32);
     let mut streamed = String::new();
     let out = m
         .generator()

@@ -3,7 +3,7 @@
 //! lm_head, GQA 4:1, and F16 / BF16 / Q8_0 / Q4_0 / Q4_1 tensors. Generation runs with 4-token
 //! blocks and 5-token prefill chunks, so attention crosses blocks and chunks.
 
-use infer_core::{GenerationParams, RopeStyle};
+use infer_core::RopeStyle;
 use infer_tests::hf_writer::{write_hf_dir, SaveDtype};
 use infer_tests::{cpu_backends, fixtures_dir, load_cpu, load_cpu_with, max_abs_diff};
 use serde::Deserialize;
@@ -65,11 +65,9 @@ fn logits_and_greedy_tokens_match_float64_reference() {
         let mut gen = m.generator();
         gen.block_size = 4;
         gen.prefill_chunk = 5;
-        let params = GenerationParams {
-            max_tokens: case.greedy_ids.len(),
-            temperature: 0.0,
-            seed: None,
-            stop_token_ids: vec![],
+        let params = infer_core::SamplingParams {
+            ignore_eos: true,
+            ..infer_core::SamplingParams::greedy(case.greedy_ids.len())
         };
         let out = gen
             .generate(&case.prompt_ids, &params, &mut |_| {})

@@ -132,11 +132,9 @@ fn sentencepiece_gguf_tokenizes_like_sentencepiece() {
         assert_eq!(deltas.concat(), case.decoded, "streamed {:?}", case.text);
     }
     // The model behind it runs too.
-    let params = infer_core::GenerationParams {
-        max_tokens: 4,
-        temperature: 0.0,
-        seed: None,
-        stop_token_ids: vec![],
+    let params = infer_core::SamplingParams {
+        ignore_eos: true,
+        ..infer_core::SamplingParams::greedy(4)
     };
     assert_eq!(
         m.generator()

@@ -219,7 +219,7 @@ mod tests {
             let chunks: Vec<SequenceChunk> = seqs
                 .iter()
                 .enumerate()
-                .map(|(i, (done, _))| SequenceChunk { tokens: &tokens[i], num_computed: *done, block_table: &tables[i], want_logits: true })
+                .map(|(i, (done, _))| SequenceChunk { tokens: &tokens[i], num_computed: *done, block_table: &tables[i], want_logits: true, all_logits: false })
                 .collect();
             let batch = BatchInput::build(&chunks, block_size).unwrap();
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::ProgressBar;
-use infer_core::{Executor, GenerationParams, Prompt};
+use infer_core::{Executor, Prompt, SamplingParams};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::json;
@@ -43,11 +43,9 @@ pub fn run(args: LatencyArgs) -> Result<()> {
     let (mut engine, _tokenizer, backend) = args.model.engine()?;
     let vocab = engine.executor().vocab_size();
     let mut rng = StdRng::seed_from_u64(0);
-    let params = GenerationParams {
-        max_tokens: args.output_len,
-        temperature: 0.0,
-        seed: None,
-        stop_token_ids: vec![],
+    let params = SamplingParams {
+        ignore_eos: true,
+        ..SamplingParams::greedy(args.output_len)
     };
     let bar = ProgressBar::new((args.num_iters_warmup + args.num_iters) as u64);
     let (mut latency, mut ttft, mut decode) = (Vec::new(), Vec::new(), Vec::new());
@@ -67,8 +65,9 @@ pub fn run(args: LatencyArgs) -> Result<()> {
             let m = &r.metrics;
             if let (Some(first), Some(done)) = (m.first_token, m.finished) {
                 ttft.push((first - m.arrival).as_secs_f64());
-                decode
-                    .push((r.token_ids.len() - 1) as f64 / (done - first).as_secs_f64().max(1e-9));
+                decode.push(
+                    (m.num_output_tokens - 1) as f64 / (done - first).as_secs_f64().max(1e-9),
+                );
             }
         }
     }

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use infer_core::engine::testing::FixedLogitsExecutor;
 use infer_core::{
-    open_model, Engine, EngineConfig, GenerationParams, PreemptionMode, Prompt, SchedulerConfig,
+    open_model, Engine, EngineConfig, PreemptionMode, Prompt, SamplingParams, SchedulerConfig,
 };
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -35,6 +35,15 @@ pub struct OverheadArgs {
     /// 0 = greedy; above 0 the sampler draws from the full softmax.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Top logprobs per token (also tracks the cumulative logprob).
+    #[arg(long)]
+    pub logprobs: Option<usize>,
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
     #[arg(long)]
@@ -70,11 +79,16 @@ pub fn run(args: OverheadArgs) -> Result<()> {
     let mut engine = Engine::new(FixedLogitsExecutor::new(vocab, 7), tokenizer, config)?;
     let mut rng = StdRng::seed_from_u64(0);
     for i in 0..args.num_seqs {
-        let params = GenerationParams {
-            max_tokens,
+        let params = SamplingParams {
+            max_tokens: Some(max_tokens),
             temperature: args.temperature,
+            top_p: args.top_p,
+            top_k: args.top_k,
+            repetition_penalty: args.repetition_penalty,
+            logprobs: args.logprobs,
             seed: Some(i as u64),
-            stop_token_ids: vec![],
+            ignore_eos: true,
+            ..Default::default()
         };
         engine.add_request(
             i.to_string(),
@@ -92,7 +106,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
         );
     }
     // Engine time = step wall time minus the executor's (copying fixed logits rows).
-    let (mut micros, mut exec_micros) = (Vec::new(), Vec::new());
+    let (mut micros, mut exec_micros, mut sample_micros) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.steps {
         let t = Instant::now();
         let outs = engine.step()?;
@@ -100,6 +114,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
         let exec = engine.stats().last_execute_time;
         micros.push((total.saturating_sub(exec)).as_secs_f64() * 1e6);
         exec_micros.push(exec.as_secs_f64() * 1e6);
+        sample_micros.push(engine.stats().last_sample_time.as_secs_f64() * 1e6);
         if outs.len() != args.num_seqs {
             bail!(
                 "a step produced {} outputs for {} sequences",
@@ -120,12 +135,17 @@ pub fn run(args: OverheadArgs) -> Result<()> {
         "us_per_step_p90": percentile(&micros, 0.9),
         "us_per_seq_p50": p50 / args.num_seqs as f64,
         "executor_us_per_step_p50": percentile(&exec_micros, 0.5),
+        "sampler_us_per_step_p50": percentile(&sample_micros, 0.5),
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "repetition_penalty": args.repetition_penalty,
+        "logprobs": args.logprobs,
     });
     if args.json {
         println!("{report}");
     } else {
         println!(
-            "engine overhead at {} sequences (vocab {vocab}, detokenizer {}, temperature {}): {:.0} µs/step p50 (mean {:.0}, p90 {:.0}), {:.2} µs per sequence; the fixed-logits executor took {:.0} µs/step more",
+            "engine overhead at {} sequences (vocab {vocab}, detokenizer {}, temperature {}): {:.0} µs/step p50 (mean {:.0}, p90 {:.0}), {:.2} µs per sequence; of which the sampler {:.0} µs; the fixed-logits executor took {:.0} µs/step more",
             args.num_seqs,
             if args.model.is_some() { "on" } else { "off" },
             args.temperature,
@@ -133,6 +153,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
             mean(&micros),
             percentile(&micros, 0.9),
             p50 / args.num_seqs as f64,
+            percentile(&sample_micros, 0.5),
             percentile(&exec_micros, 0.5)
         );
     }

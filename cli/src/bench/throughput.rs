@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use infer_core::{Executor, GenerationParams, Prompt};
+use infer_core::{Executor, Prompt, SamplingParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
@@ -37,6 +37,12 @@ pub struct ThroughputArgs {
     pub ignore_eos: bool,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Parallel samples per request (sharing the prompt's blocks).
+    #[arg(long, default_value_t = 1)]
+    pub n: usize,
+    /// Beam search with this many beams instead of sampling.
+    #[arg(long)]
+    pub beam_width: Option<usize>,
     #[arg(long)]
     pub json: bool,
 }
@@ -85,11 +91,6 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
     let dataset = args.dataset.as_ref().map(read_dataset).transpose()?;
     let (mut engine, tokenizer, backend) = args.model.engine()?;
     let vocab = engine.executor().vocab_size();
-    let stop = if args.ignore_eos {
-        vec![]
-    } else {
-        tokenizer.eos_token_ids().to_vec()
-    };
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut prompts = Vec::new();
     let mut params = Vec::new();
@@ -112,16 +113,22 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
             }
         };
         prompts.push(Prompt::Tokens(ids));
-        params.push(GenerationParams {
-            max_tokens: out_len,
-            temperature: 1.0,
+        let p = SamplingParams {
+            max_tokens: Some(out_len),
             seed: Some(args.seed + i as u64),
-            stop_token_ids: stop.clone(),
-        });
+            ignore_eos: args.ignore_eos,
+            n: args.n,
+            best_of: args.beam_width,
+            use_beam_search: args.beam_width.is_some(),
+            temperature: if args.beam_width.is_some() { 0.0 } else { 1.0 },
+            ..Default::default()
+        };
+        p.validate()?;
+        params.push(p);
     }
     // Warm-up: one short request (thread pool, page faults of the first KV blocks).
-    let warm = GenerationParams {
-        max_tokens: 2,
+    let warm = SamplingParams {
+        max_tokens: Some(2),
         ..params[0].clone()
     };
     engine.generate(
@@ -140,7 +147,13 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
     let elapsed = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let stats = engine.stats();
-    let output: usize = results.iter().map(|r| r.token_ids.len()).sum();
+    // Every sampled token counts (all n samples, every beam extension).
+    let output = (stats.output_tokens - before.output_tokens) as usize;
+    let saved = {
+        let logical = stats.sum_blocks_logical - before.sum_blocks_logical;
+        let physical = stats.sum_blocks_physical - before.sum_blocks_physical;
+        1.0 - physical as f64 / logical.max(1) as f64
+    };
     let input: usize = results.iter().map(|r| r.prompt_token_ids.len()).sum();
     let n = results.len() as f64;
     let cfg = engine.config();
@@ -159,6 +172,9 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
         "preemptions": stats.preemptions - before.preemptions,
         "prefix_cache_hit_tokens": stats.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens,
         "steps": stats.steps - before.steps,
+        "n": args.n,
+        "beam_width": args.beam_width,
+        "kv_blocks_saved_by_sharing": saved,
     });
     if args.json {
         println!("{report}");
@@ -175,6 +191,10 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
             (input + output) as f64 / elapsed,
             elapsed,
             report["preemptions"]
+        );
+        println!(
+            "KV blocks saved by sharing (mean over steps): {:.1}%",
+            saved * 100.0
         );
     }
     Ok(())

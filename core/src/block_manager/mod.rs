@@ -6,6 +6,7 @@
 //! copy for the backend to perform). Preempted sequences can move their blocks to host memory
 //! and back (swap). Only the last block of a sequence is ever partly empty.
 
+mod groups;
 mod pool;
 mod swap;
 #[cfg(test)]
@@ -156,18 +157,28 @@ impl BlockManager {
     /// Whether a new sequence holding `num_tokens` tokens (the hit's included) fits now,
     /// keeping the watermark free when `keep_watermark`.
     pub fn can_allocate(&self, hit: &PrefixHit, num_tokens: usize, keep_watermark: bool) -> bool {
+        self.has_room(self.blocks_to_allocate(hit, num_tokens), keep_watermark)
+    }
+
+    /// Device blocks a new sequence of `num_tokens` tokens takes: cached blocks of its hit
+    /// that must be revived plus fresh ones.
+    pub fn blocks_to_allocate(&self, hit: &PrefixHit, num_tokens: usize) -> usize {
         let revived = hit
             .blocks
             .iter()
             .filter(|&&b| self.device.is_evictable(b))
             .count();
-        let new = self.blocks_for(num_tokens).saturating_sub(hit.blocks.len());
+        revived + self.blocks_for(num_tokens).saturating_sub(hit.blocks.len())
+    }
+
+    /// Whether `blocks` device blocks can be taken now, keeping the watermark when asked.
+    pub fn has_room(&self, blocks: usize, keep_watermark: bool) -> bool {
         let reserve = if keep_watermark {
             self.watermark_blocks
         } else {
             0
         };
-        self.device.num_available() >= revived + new + reserve
+        self.device.num_available() >= blocks + reserve
     }
 
     /// Gives a new sequence the hit's blocks plus fresh ones up to `num_tokens` tokens; full

@@ -248,6 +248,10 @@ impl HostPool {
         self.free.len()
     }
 
+    pub fn ref_count(&self, b: BlockId) -> u32 {
+        self.ref_counts[b as usize]
+    }
+
     pub fn allocate(&mut self) -> Option<BlockId> {
         let b = self.free.pop()?;
         self.ref_counts[b as usize] = 1;

@@ -1,8 +1,13 @@
 //! The engine: `add_request` / `abort_request` / `step()` over the scheduler and an executor,
 //! plus the offline `generate` that runs the loop to completion.
 
+mod admission;
 mod executor;
+#[cfg(test)]
+mod group_tests;
+mod process;
 mod request;
+mod sequences;
 pub mod sizing;
 pub mod testing;
 #[cfg(test)]
@@ -14,16 +19,18 @@ use std::time::{Duration, Instant};
 
 pub use executor::{Executor, LlamaExecutor};
 use request::Request;
-pub use request::{CompletedRequest, Prompt, RequestMetrics, RequestOutput};
+pub use request::{
+    CompletedRequest, CompletionOutput, Prompt, RequestMetrics, RequestOutput, SequenceDelta,
+    StopReason, TokenLogprobs, TopLogprob,
+};
 use serde::Serialize;
 
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, SeqId};
 use crate::error::{InferError, Result};
-use crate::generate::{FinishReason, GenerationParams};
-use crate::sampler::Sampler;
-use crate::scheduler::{Scheduler, SchedulerConfig, SeqState};
-use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
+use crate::sampling::SamplingParams;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::tokenizer::Tokenizer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -54,6 +61,16 @@ pub struct EngineStats {
     /// forward); the rest is the engine's own overhead.
     pub last_step_time: Duration,
     pub last_execute_time: Duration,
+    /// Time the last step spent sampling (penalties, draws, logprobs).
+    pub last_sample_time: Duration,
+    /// Block-table entries of the live sequences and the distinct device blocks behind them
+    /// after the last step: the difference is what sharing (parallel samples, beams, prefixes)
+    /// saves.
+    pub kv_blocks_logical: usize,
+    pub kv_blocks_physical: usize,
+    /// The same two, summed over steps (averages over a run).
+    pub sum_blocks_logical: u64,
+    pub sum_blocks_physical: u64,
 }
 
 pub struct Engine<E: Executor> {
@@ -61,9 +78,13 @@ pub struct Engine<E: Executor> {
     tokenizer: Option<Arc<Tokenizer>>,
     config: EngineConfig,
     scheduler: Scheduler,
-    requests: HashMap<SeqId, Request>,
-    ids: HashMap<String, SeqId>,
+    /// Keyed by the request's arrival (its first sequence id).
+    requests: HashMap<u64, Request>,
+    /// Which request each live sequence belongs to.
+    owners: HashMap<SeqId, u64>,
+    ids: HashMap<String, u64>,
     next_seq: SeqId,
+    eos_token_ids: Vec<u32>,
     stats: EngineStats,
     /// Logits rows of the last step, reused.
     logits: Vec<f32>,
@@ -89,17 +110,33 @@ impl<E: Executor> Engine<E> {
             config.num_host_blocks,
             config.enable_prefix_caching,
         );
+        let eos_token_ids = tokenizer
+            .as_ref()
+            .map(|t| t.eos_token_ids().to_vec())
+            .unwrap_or_default();
         Ok(Engine {
+            eos_token_ids,
             executor,
             tokenizer,
             scheduler: Scheduler::new(config.scheduler, blocks)?,
             config,
             requests: HashMap::new(),
+            owners: HashMap::new(),
             ids: HashMap::new(),
             next_seq: 0,
             stats: EngineStats::default(),
             logits: Vec::new(),
         })
+    }
+
+    /// Token ids that end generation unless a request sets `ignore_eos` (the tokenizer's
+    /// by default).
+    pub fn set_eos_token_ids(&mut self, ids: Vec<u32>) {
+        self.eos_token_ids = ids;
+    }
+
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.eos_token_ids
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -126,96 +163,17 @@ impl<E: Executor> Engine<E> {
         self.requests.len()
     }
 
-    /// Queues a request. Fails, with nothing queued, on a known id, an empty prompt, a prompt
-    /// that leaves no room in the context, bad parameters, or a request the KV pool could
-    /// never hold.
-    pub fn add_request(
-        &mut self,
-        id: impl Into<String>,
-        prompt: impl Into<Prompt>,
-        params: GenerationParams,
-    ) -> Result<()> {
-        let id = id.into();
-        if self.ids.contains_key(&id) {
-            return Err(InferError::invalid(
-                "request_id",
-                format!("`{id}` is already in use"),
-            ));
-        }
-        let tokens = match prompt.into() {
-            Prompt::Tokens(t) => t,
-            Prompt::Text(text) => match &self.tokenizer {
-                Some(tok) => tok.encode(&text, true)?,
-                None => return Err(InferError::invalid("prompt", "text needs a tokenizer")),
-            },
-        };
-        if tokens.is_empty() {
-            return Err(InferError::EmptyPrompt);
-        }
-        let max_model_len = self.config.max_model_len;
-        if tokens.len() >= max_model_len {
-            return Err(InferError::PromptTooLong {
-                prompt_tokens: tokens.len(),
-                max_model_len,
-            });
-        }
-        if params.max_tokens == 0 {
-            return Err(InferError::invalid("max_tokens", "must be at least 1"));
-        }
-        let max_len = (tokens.len() + params.max_tokens).min(max_model_len);
-        let needed = max_len.div_ceil(self.config.block_size);
-        if needed > self.config.num_device_blocks {
-            return Err(InferError::KvCache(format!(
-                "the request may grow to {max_len} tokens ({needed} blocks) but the KV pool holds {} blocks; lower max_tokens or enlarge the pool",
-                self.config.num_device_blocks
-            )));
-        }
-        let sampler = Sampler::new(params.temperature, params.seed)?;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.scheduler.add(
-            seq,
-            SeqState {
-                arrival: seq,
-                tokens: tokens.clone(),
-                num_computed: 0,
-            },
-        )?;
-        let detokenizer = self
-            .tokenizer
-            .as_ref()
-            .map(|_| IncrementalDetokenizer::new(&tokens, true));
-        self.requests.insert(
-            seq,
-            Request {
-                id: id.clone(),
-                params,
-                sampler,
-                detokenizer,
-                prompt_len: tokens.len(),
-                max_len,
-                metrics: RequestMetrics {
-                    arrival: Instant::now(),
-                    first_scheduled: None,
-                    first_token: None,
-                    finished: None,
-                    num_prompt_tokens: tokens.len(),
-                    num_output_tokens: 0,
-                    num_preemptions: 0,
-                },
-            },
-        );
-        self.ids.insert(id, seq);
-        Ok(())
-    }
-
     /// Drops a request wherever it is and frees its blocks. False if the id is unknown.
     pub fn abort_request(&mut self, id: &str) -> bool {
-        let Some(seq) = self.ids.remove(id) else {
+        let Some(key) = self.ids.remove(id) else {
             return false;
         };
-        self.scheduler.remove(seq);
-        self.requests.remove(&seq);
+        if let Some(req) = self.requests.remove(&key) {
+            for seq in req.members.iter().filter_map(|m| m.seq) {
+                self.scheduler.remove(seq);
+                self.owners.remove(&seq);
+            }
+        }
         true
     }
 
@@ -223,7 +181,11 @@ impl<E: Executor> Engine<E> {
     pub fn step(&mut self) -> Result<Vec<RequestOutput>> {
         let started = Instant::now();
         let plan = self.scheduler.schedule()?;
-        if plan.chunks.is_empty() && plan.preempted.is_empty() && self.scheduler.has_unfinished() {
+        if plan.chunks.is_empty()
+            && plan.preempted.is_empty()
+            && plan.admitted == 0
+            && self.scheduler.has_unfinished()
+        {
             // add_request refuses what the pool could never hold, so this is a bug.
             return Err(InferError::KvCache(format!(
                 "no progress possible: {} waiting, {} swapped, {} KV blocks available",
@@ -242,6 +204,7 @@ impl<E: Executor> Engine<E> {
                     num_computed: c.num_computed,
                     block_table: self.scheduler.block_table(c.seq),
                     want_logits: c.want_logits,
+                    all_logits: c.all_logits,
                 }
             })
             .collect();
@@ -261,75 +224,22 @@ impl<E: Executor> Engine<E> {
         self.stats.prefix_cache_hit_tokens += plan.prefix_hit_tokens as u64;
         self.stats.last_step_tokens = plan.num_batched_tokens;
         for seq in &plan.preempted {
-            if let Some(r) = self.requests.get_mut(seq) {
+            if let Some(r) = self.owners.get(seq).and_then(|k| self.requests.get_mut(k)) {
                 r.metrics.num_preemptions += 1;
             }
         }
-        let vocab = self.executor.vocab_size();
-        let mut outputs = Vec::new();
-        let mut row = 0;
-        for c in &plan.chunks {
-            let Some(req) = self.requests.get_mut(&c.seq) else {
-                continue;
-            };
-            req.metrics.first_scheduled.get_or_insert(started);
-            let decoding = c.num_computed >= req.prompt_len;
-            if !decoding {
-                self.stats.prompt_tokens_computed += c.num_new as u64;
-            }
-            if !c.want_logits {
-                continue;
-            }
-            let Some(logits) = logits.get(row * vocab..(row + 1) * vocab) else {
-                return Err(InferError::Backend {
-                    backend: "executor",
-                    message: format!("{} logits for row {row} of vocab {vocab}", logits.len()),
-                });
-            };
-            row += 1;
-            let token = req.sampler.sample(logits);
-            self.scheduler.append_token(c.seq, token);
-            self.stats.output_tokens += 1;
-            let now = Instant::now();
-            let m = &mut req.metrics;
-            m.first_token.get_or_insert(now);
-            m.num_output_tokens += 1;
-            let len = req.prompt_len + m.num_output_tokens;
-            let finish_reason = if req.params.stop_token_ids.contains(&token) {
-                Some(FinishReason::Stop)
-            } else if len >= req.max_len {
-                Some(FinishReason::Length)
-            } else {
-                None
-            };
-            let text_delta = match (&mut req.detokenizer, &self.tokenizer) {
-                (Some(d), Some(t)) if finish_reason != Some(FinishReason::Stop) => {
-                    d.push(t, token)?
-                }
-                _ => String::new(),
-            };
-            if finish_reason.is_some() {
-                m.finished = Some(now);
-            }
-            outputs.push(RequestOutput {
-                request_id: req.id.clone(),
-                new_token_ids: vec![token],
-                text_delta,
-                finish_reason,
-                metrics: *m,
-            });
-            if finish_reason.is_some() {
-                self.scheduler.remove(c.seq);
-                if let Some(r) = self.requests.remove(&c.seq) {
-                    self.ids.remove(&r.id);
-                }
-            }
-        }
+        let result = self.process(&plan.chunks, &mut logits, started);
+        self.logits = logits;
+        let outputs = result?;
         self.stats.num_running = self.scheduler.num_running();
         self.stats.num_waiting = self.scheduler.num_waiting();
         self.stats.num_swapped = self.scheduler.num_swapped();
-        self.stats.kv_usage = self.scheduler.block_manager().device_usage();
-        self.logits = logits;
+        let bm = self.scheduler.block_manager();
+        self.stats.kv_usage = bm.device_usage();
+        self.stats.kv_blocks_logical = bm.num_logical_device_blocks();
+        self.stats.kv_blocks_physical = bm.num_referenced_device_blocks();
+        self.stats.sum_blocks_logical += self.stats.kv_blocks_logical as u64;
+        self.stats.sum_blocks_physical += self.stats.kv_blocks_physical as u64;
         self.stats.last_step_time = started.elapsed();
         Ok(outputs)
     }
@@ -339,7 +249,7 @@ impl<E: Executor> Engine<E> {
     pub fn generate(
         &mut self,
         prompts: Vec<Prompt>,
-        params: &[GenerationParams],
+        params: &[SamplingParams],
         on_finish: &mut dyn FnMut(&CompletedRequest),
     ) -> Result<Vec<CompletedRequest>> {
         if params.len() != prompts.len() && params.len() != 1 {
@@ -368,30 +278,20 @@ impl<E: Executor> Engine<E> {
             );
             index.insert(id, i);
         }
-        let mut generated: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
         while slots.iter().any(Option::is_none) {
             for out in self.step()? {
-                let Some(&i) = index.get(&out.request_id) else {
+                let (Some(&i), Some(outputs)) = (index.get(&out.request_id), out.outputs) else {
                     continue;
                 };
-                generated[i].extend(&out.new_token_ids);
-                if let Some(reason) = out.finish_reason {
-                    let token_ids = std::mem::take(&mut generated[i]);
-                    let text = match &self.tokenizer {
-                        Some(t) => t.decode(&token_ids, true)?,
-                        None => String::new(),
-                    };
-                    let done = CompletedRequest {
-                        request_id: out.request_id,
-                        prompt_token_ids: std::mem::take(&mut prompt_ids[i]),
-                        token_ids,
-                        text,
-                        finish_reason: reason,
-                        metrics: out.metrics,
-                    };
-                    on_finish(&done);
-                    slots[i] = Some(done);
-                }
+                let done = CompletedRequest {
+                    request_id: out.request_id,
+                    prompt_token_ids: std::mem::take(&mut prompt_ids[i]),
+                    outputs,
+                    prompt_logprobs: out.prompt_logprobs,
+                    metrics: out.metrics,
+                };
+                on_finish(&done);
+                slots[i] = Some(done);
             }
         }
         Ok(slots.into_iter().flatten().collect())

@@ -71,6 +71,7 @@ pub fn profile_step<B: Backend>(
             num_computed: 0,
             block_table: t,
             want_logits: true,
+            all_logits: false,
         })
         .collect();
     let batch = BatchInput::build(&chunks, block_size)?;

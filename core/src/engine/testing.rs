@@ -64,6 +64,20 @@ pub fn simulated_next_token(context: &[u32], vocab: usize) -> u32 {
     (h % vocab as u64) as u32
 }
 
+/// The logits a `SimulatedKvExecutor` returns after `context`: noise in [0, 2) that depends on
+/// the whole context, and 4 at `simulated_next_token` (so greedy decoding follows it while
+/// sampling and beam search have real alternatives).
+pub fn simulated_logits(context: &[u32], row: &mut [f32]) {
+    let vocab = row.len();
+    let h = simulated_next_token(context, usize::MAX) as u64;
+    for (v, l) in row.iter_mut().enumerate() {
+        let x = (h ^ (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        *l = (x >> 54) as f32 / 512.0;
+    }
+    row[simulated_next_token(context, vocab) as usize] = 4.0;
+}
+
 /// Keeps (token, position) in every cache slot, device and host, performs the block moves,
 /// and reads each sequence's context back through its block table: a model whose output
 /// proves the block manager and scheduler kept every sequence's cache intact.
@@ -141,7 +155,7 @@ impl Executor for SimulatedKvExecutor {
                     }
                 }
             }
-            out[row * self.vocab + simulated_next_token(&context, self.vocab) as usize] = 1.0;
+            simulated_logits(&context, &mut out[row * self.vocab..(row + 1) * self.vocab]);
         }
         Ok(())
     }

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 
 use super::testing::{simulated_next_token, SimulatedKvExecutor};
 use super::*;
+use crate::generate::FinishReason;
 use crate::scheduler::PreemptionMode;
 
 const VOCAB: usize = 1000;
@@ -39,12 +40,10 @@ fn expected(prompt: &[u32], max_tokens: usize) -> (Vec<u32>, FinishReason) {
     }
 }
 
-fn params(max_tokens: usize) -> GenerationParams {
-    GenerationParams {
-        max_tokens,
-        temperature: 0.0,
-        seed: None,
+fn params(max_tokens: usize) -> SamplingParams {
+    SamplingParams {
         stop_token_ids: vec![STOP],
+        ..SamplingParams::greedy(max_tokens)
     }
 }
 
@@ -101,8 +100,10 @@ fn run(case: &Case, specs: &[Spec]) -> (u64, usize) {
             for out in engine.step().unwrap() {
                 let entry = got.get_mut(&out.request_id).unwrap();
                 assert!(entry.1.is_none(), "output after finish");
-                entry.0.extend(&out.new_token_ids);
-                entry.1 = out.finish_reason;
+                for d in &out.deltas {
+                    entry.0.extend(&d.new_token_ids);
+                    entry.1 = d.finish_reason;
+                }
                 if out.finished() {
                     live.remove(&out.request_id);
                 }

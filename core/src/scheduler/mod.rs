@@ -5,7 +5,12 @@
 //! back, then new prompts. When blocks run out, the latest-arrived running sequence is
 //! preempted, by recompute (blocks freed, back to waiting) or swap (blocks copied to host
 //! memory). While anything is swapped out, or after a preemption, no new prompt is admitted.
+//!
+//! Sequences with the same arrival form a group (a request's parallel samples or beams): a
+//! group is preempted, swapped and admitted as a whole, and its members sample in the same
+//! step, so beam search sees every beam's logits at once.
 
+mod schedule;
 #[cfg(test)]
 mod tests;
 
@@ -66,12 +71,30 @@ impl SchedulerConfig {
 /// A sequence as the scheduler sees it.
 #[derive(Debug, Clone)]
 pub struct SeqState {
-    /// Arrival order (smaller came first).
+    /// Arrival order (smaller came first); sequences forked from one another share it.
     pub arrival: u64,
     /// Prompt followed by the generated tokens.
     pub tokens: Vec<u32>,
     /// Tokens whose K/V are in the cache (or scheduled into it this step).
     pub num_computed: usize,
+    /// Sequences the group may grow to (n / best_of / beam width): counted against
+    /// `max_num_seqs` when it is admitted.
+    pub group_size: usize,
+    /// Logits are wanted for every position before this one (prompt logprobs); such a
+    /// sequence takes no prefix-cache hit, as cached tokens have no logits.
+    pub all_logits_until: usize,
+}
+
+impl SeqState {
+    pub fn new(arrival: u64, tokens: Vec<u32>) -> Self {
+        SeqState {
+            arrival,
+            tokens,
+            num_computed: 0,
+            group_size: 1,
+            all_logits_until: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +112,8 @@ pub struct ScheduledChunk {
     pub num_new: usize,
     /// The chunk ends the known tokens: sample the next one from its logits.
     pub want_logits: bool,
+    /// Logits for every token of the chunk (prompt logprobs), not just the last.
+    pub all_logits: bool,
 }
 
 /// Block moves the backend performs before the step's forward, in this order.
@@ -116,6 +141,9 @@ pub struct SchedulerOutput {
     pub preempted: Vec<SeqId>,
     /// Prompt tokens found in the prefix cache among the prompts admitted this step.
     pub prefix_hit_tokens: usize,
+    /// Sequences that entered the running queue this step (a recomputed one may enter with
+    /// nothing to compute yet: its tokens were all cached or shared).
+    pub admitted: usize,
     pub num_batched_tokens: usize,
 }
 
@@ -127,6 +155,8 @@ pub struct Scheduler {
     waiting: VecDeque<SeqId>,
     running: VecDeque<SeqId>,
     swapped: VecDeque<SeqId>,
+    /// Live sequences per arrival (a group's members), wherever they are queued.
+    group_sizes: HashMap<u64, usize>,
 }
 
 impl Scheduler {
@@ -139,6 +169,7 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: VecDeque::new(),
             swapped: VecDeque::new(),
+            group_sizes: HashMap::new(),
         })
     }
 
@@ -182,6 +213,7 @@ impl Scheduler {
                 format!("{id} is empty or known"),
             ));
         }
+        *self.group_sizes.entry(state.arrival).or_default() += 1;
         self.seqs.insert(id, (state, Queue::Waiting));
         insert_by_arrival(&self.seqs, &mut self.waiting, id);
         Ok(())
@@ -194,9 +226,34 @@ impl Scheduler {
         }
     }
 
+    /// A running sequence's copy (parallel sample, beam candidate): same tokens, same arrival,
+    /// every block shared until one of them writes.
+    pub fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<()> {
+        let state = match self.seqs.get(&parent) {
+            Some((s, Queue::Running)) if !self.seqs.contains_key(&child) => s.clone(),
+            _ => {
+                return Err(InferError::invalid(
+                    "sequence",
+                    format!("cannot fork {parent} into {child}: not running, or the child exists"),
+                ))
+            }
+        };
+        self.blocks.fork(parent, child)?;
+        *self.group_sizes.entry(state.arrival).or_default() += 1;
+        self.seqs.insert(child, (state, Queue::Running));
+        insert_by_arrival(&self.seqs, &mut self.running, child);
+        Ok(())
+    }
+
     /// Drops a sequence from whichever queue holds it and frees its blocks (finish or abort).
     pub fn remove(&mut self, id: SeqId) -> Option<SeqState> {
         let (state, queue) = self.seqs.remove(&id)?;
+        if let Some(n) = self.group_sizes.get_mut(&state.arrival) {
+            *n -= 1;
+            if *n == 0 {
+                self.group_sizes.remove(&state.arrival);
+            }
+        }
         match queue {
             Queue::Waiting => self.waiting.retain(|&s| s != id),
             Queue::Running => self.running.retain(|&s| s != id),
@@ -206,156 +263,16 @@ impl Scheduler {
         Some(state)
     }
 
-    /// Plans the next step and advances each scheduled sequence's `num_computed`.
-    pub fn schedule(&mut self) -> Result<SchedulerOutput> {
-        let mut out = SchedulerOutput::default();
-        let mut budget = self.config.max_num_batched_tokens;
-
-        // 1. Running sequences, earliest first; the latest arrivals give way when blocks run out.
-        let mut i = 0;
-        while i < self.running.len() && budget > 0 {
-            let id = self.running[i];
-            let s = &self.seqs[&id].0;
-            let (num_computed, num_new) = (
-                s.num_computed,
-                (s.tokens.len() - s.num_computed).min(budget),
-            );
-            let copies = loop {
-                let tokens = &self.seqs[&id].0.tokens;
-                if let Some(copies) = self
-                    .blocks
-                    .append_slots(id, tokens, num_computed, num_new)?
-                {
-                    break Some(copies);
-                }
-                let Some(&victim) = self.running.back() else {
-                    break None;
-                };
-                self.preempt(victim, &mut out)?;
-                if victim == id {
-                    break None;
-                }
-            };
-            let Some(copies) = copies else { break };
-            out.cache_ops.copy.extend(copies);
-            self.push_chunk(id, num_new, &mut out);
-            budget -= num_new;
-            i += 1;
-        }
-
-        // 2. Swapped sequences come back before anything new is admitted.
-        while out.preempted.is_empty()
-            && budget > 0
-            && self.running.len() < self.config.max_num_seqs
-        {
-            let Some(&id) = self.swapped.front() else {
-                break;
-            };
-            let s = &self.seqs[&id].0;
-            let num_new = (s.tokens.len() - s.num_computed).min(budget);
-            let table_len = self.block_table(id).len();
-            let growth = self
-                .blocks
-                .blocks_for(s.num_computed + num_new)
-                .saturating_sub(table_len);
-            if !self.blocks.can_swap_in(&[id], growth) {
-                break;
-            }
-            out.cache_ops.swap_in.extend(self.blocks.swap_in(&[id])?);
-            let s = &self.seqs[&id].0;
-            let copies = self
-                .blocks
-                .append_slots(id, &s.tokens, s.num_computed, num_new)?
-                .ok_or_else(|| {
-                    InferError::KvCache(format!("sequence {id}: no room after swap-in"))
-                })?;
-            out.cache_ops.copy.extend(copies);
-            self.swapped.pop_front();
-            self.set_queue(id, Queue::Running);
-            self.push_chunk(id, num_new, &mut out);
-            budget -= num_new;
-        }
-
-        // 3. New prompts, first come first served: one that does not fit blocks the rest.
-        while out.preempted.is_empty()
-            && self.swapped.is_empty()
-            && budget > 0
-            && self.running.len() < self.config.max_num_seqs
-        {
-            let Some(&id) = self.waiting.front() else {
-                break;
-            };
-            let tokens = &self.seqs[&id].0.tokens;
-            let hit = self.blocks.find_cached_prefix(tokens);
-            let hit_tokens = hit.num_blocks() * self.blocks.block_size();
-            let num_new = (tokens.len() - hit_tokens).min(budget);
-            // With nothing running, the watermark would only stall a prompt that fits.
-            let keep_watermark = !self.running.is_empty();
-            if !self
-                .blocks
-                .can_allocate(&hit, hit_tokens + num_new, keep_watermark)
-            {
-                break;
-            }
-            self.blocks
-                .allocate(id, hit, tokens, hit_tokens + num_new)?;
-            out.prefix_hit_tokens += hit_tokens;
-            self.waiting.pop_front();
-            if let Some((s, _)) = self.seqs.get_mut(&id) {
-                s.num_computed = hit_tokens;
-            }
-            self.set_queue(id, Queue::Running);
-            self.push_chunk(id, num_new, &mut out);
-            budget -= num_new;
-        }
-        out.num_batched_tokens = self.config.max_num_batched_tokens - budget;
-        Ok(out)
-    }
-
-    fn push_chunk(&mut self, id: SeqId, num_new: usize, out: &mut SchedulerOutput) {
-        if let Some((s, _)) = self.seqs.get_mut(&id) {
-            out.chunks.push(ScheduledChunk {
-                seq: id,
-                num_computed: s.num_computed,
-                num_new,
-                want_logits: s.num_computed + num_new == s.tokens.len(),
-            });
-            s.num_computed += num_new;
-        }
-    }
-
-    fn set_queue(&mut self, id: SeqId, queue: Queue) {
-        if let Some(entry) = self.seqs.get_mut(&id) {
-            entry.1 = queue;
-        }
-        let q = match queue {
-            Queue::Waiting => &mut self.waiting,
-            Queue::Running => &mut self.running,
-            Queue::Swapped => &mut self.swapped,
-        };
-        insert_by_arrival(&self.seqs, q, id);
-    }
-
-    /// Takes a running sequence off the device, by swap when asked and possible.
-    fn preempt(&mut self, id: SeqId, out: &mut SchedulerOutput) -> Result<()> {
-        self.running.retain(|&s| s != id);
-        out.preempted.push(id);
-        if self.config.preemption_mode == PreemptionMode::Swap && self.blocks.can_swap_out(&[id]) {
-            out.cache_ops.swap_out.extend(self.blocks.swap_out(&[id])?);
-            self.set_queue(id, Queue::Swapped);
-        } else {
-            self.blocks.free(id);
-            if let Some((s, _)) = self.seqs.get_mut(&id) {
-                s.num_computed = 0;
-            }
-            self.set_queue(id, Queue::Waiting);
-        }
-        Ok(())
-    }
-
     /// Block-manager invariants, and that every sequence sits in exactly the queue it says.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.blocks.check_invariants()?;
+        let mut groups: HashMap<u64, usize> = HashMap::new();
+        for (s, _) in self.seqs.values() {
+            *groups.entry(s.arrival).or_default() += 1;
+        }
+        if groups != self.group_sizes {
+            return Err("group sizes out of step with the sequences".into());
+        }
         let counted = self.waiting.len() + self.running.len() + self.swapped.len();
         if counted != self.seqs.len() {
             return Err(format!(

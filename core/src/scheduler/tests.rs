@@ -16,11 +16,7 @@ fn sched(
 }
 
 fn add(s: &mut Scheduler, id: SeqId, len: usize) {
-    let state = SeqState {
-        arrival: id,
-        tokens: (0..len as u32).collect(),
-        num_computed: 0,
-    };
+    let state = SeqState::new(id, (0..len as u32).collect());
     s.add(id, state).unwrap();
 }
 
@@ -100,7 +96,8 @@ fn nothing_new_is_admitted_while_a_sequence_is_swapped_out() {
             seq: 1,
             num_computed: 8,
             num_new: 1,
-            want_logits: true
+            want_logits: true,
+            all_logits: false
         }
     );
     assert_eq!(out.chunks[1].seq, 2);

@@ -1,0 +1,177 @@
+//! Admitting a request: validation against the engine's limits, its sequence in the
+//! scheduler, and its members (parallel samples, or the first beam).
+
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::request::{Member, Request};
+use super::{Engine, Executor, Prompt, RequestMetrics};
+use crate::error::{InferError, Result};
+use crate::sampling::{OutputText, SamplingParams};
+use crate::scheduler::SeqState;
+use crate::tokenizer::IncrementalDetokenizer;
+
+impl<E: Executor> Engine<E> {
+    /// Queues a request. Fails, with nothing queued, on a known id, an empty prompt, a prompt
+    /// that leaves no room in the context, bad parameters, or a request the KV pool could
+    /// never hold.
+    pub fn add_request(
+        &mut self,
+        id: impl Into<String>,
+        prompt: impl Into<Prompt>,
+        params: SamplingParams,
+    ) -> Result<()> {
+        let id = id.into();
+        if self.ids.contains_key(&id) {
+            return Err(InferError::invalid(
+                "request_id",
+                format!("`{id}` is already in use"),
+            ));
+        }
+        params.validate()?;
+        self.check_request_limits(&params)?;
+        let tokens = match prompt.into() {
+            Prompt::Tokens(t) => t,
+            Prompt::Text(text) => match &self.tokenizer {
+                Some(tok) => tok.encode(&text, true)?,
+                None => return Err(InferError::invalid("prompt", "text needs a tokenizer")),
+            },
+        };
+        if tokens.is_empty() {
+            return Err(InferError::EmptyPrompt);
+        }
+        let vocab = self.executor.vocab_size();
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(InferError::invalid(
+                "prompt",
+                format!("token id {t} is outside the vocabulary ({vocab})"),
+            ));
+        }
+        let max_model_len = self.config.max_model_len;
+        if tokens.len() >= max_model_len {
+            return Err(InferError::PromptTooLong {
+                prompt_tokens: tokens.len(),
+                max_model_len,
+            });
+        }
+        let max_len = match params.max_tokens {
+            Some(m) => (tokens.len() + m).min(max_model_len),
+            None => max_model_len,
+        };
+        // Every sequence of the group at full length, sharing the prompt's full blocks.
+        let bs = self.config.block_size;
+        let full = max_len.div_ceil(bs);
+        let needed = full + (params.best_of() - 1) * (full - tokens.len() / bs);
+        if needed > self.config.num_device_blocks {
+            return Err(InferError::KvCache(format!(
+                "the request may grow to {} sequences of {max_len} tokens ({needed} blocks) but the KV pool holds {} blocks; lower max_tokens or best_of, or enlarge the pool",
+                params.best_of(),
+                self.config.num_device_blocks
+            )));
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut state = SeqState::new(seq, tokens.clone());
+        state.group_size = params.best_of();
+        if params.prompt_logprobs.is_some() {
+            state.all_logits_until = tokens.len();
+        }
+        self.scheduler.add(seq, state)?;
+        let mut stop_ids = params.stop_token_ids.clone();
+        if !params.ignore_eos {
+            stop_ids.extend(&self.eos_token_ids);
+        }
+        // Samples exist from the start (forked at the first token); beams appear as chosen.
+        let num_members = if params.use_beam_search {
+            1
+        } else {
+            params.best_of()
+        };
+        let members = (0..num_members)
+            .map(|index| Member {
+                index,
+                seq: (index == 0).then_some(seq),
+                // Each sample its own stream: seeded ones reproduce whatever the batch.
+                rng: match params.seed {
+                    Some(s) => StdRng::seed_from_u64(
+                        s.wrapping_add((index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                    ),
+                    None => StdRng::from_os_rng(),
+                },
+                output: Vec::new(),
+                detokenizer: self
+                    .tokenizer
+                    .as_ref()
+                    .map(|_| IncrementalDetokenizer::new(&tokens, params.skip_special_tokens)),
+                text: OutputText::default(),
+                cumulative_logprob: 0.0,
+                logprobs: Vec::new(),
+                finish: None,
+            })
+            .collect();
+        let num_prompt_tokens = tokens.len();
+        self.requests.insert(
+            seq,
+            Request {
+                id: id.clone(),
+                prompt_logprobs: params.prompt_logprobs.map(|_| vec![None; tokens.len()]),
+                params,
+                prompt: tokens,
+                max_len,
+                members,
+                done: Vec::new(),
+                stop_ids,
+                metrics: RequestMetrics {
+                    arrival: Instant::now(),
+                    first_scheduled: None,
+                    first_token: None,
+                    finished: None,
+                    num_prompt_tokens,
+                    num_output_tokens: 0,
+                    num_preemptions: 0,
+                },
+            },
+        );
+        self.owners.insert(seq, seq);
+        self.ids.insert(id, seq);
+        Ok(())
+    }
+
+    /// Limits that depend on the engine: the vocabulary and the sequence cap.
+    fn check_request_limits(&self, params: &SamplingParams) -> Result<()> {
+        let vocab = self.executor.vocab_size();
+        if let Some(t) = params
+            .logit_bias
+            .keys()
+            .chain(&params.stop_token_ids)
+            .find(|&&t| t as usize >= vocab)
+        {
+            return Err(InferError::invalid(
+                "logit_bias",
+                format!("token id {t} is outside the vocabulary ({vocab})"),
+            ));
+        }
+        if params.best_of() > self.config.scheduler.max_num_seqs {
+            return Err(InferError::invalid(
+                "best_of",
+                format!(
+                    "{} sequences exceed max_num_seqs ({})",
+                    params.best_of(),
+                    self.config.scheduler.max_num_seqs
+                ),
+            ));
+        }
+        if params.use_beam_search && !params.stop.is_empty() {
+            return Err(InferError::invalid(
+                "stop",
+                "stop strings are not supported with beam search (stop token ids are)",
+            ));
+        }
+        if !params.stop.is_empty() && self.tokenizer.is_none() {
+            return Err(InferError::invalid("stop", "stop strings need a tokenizer"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,235 @@
+//! After the forward: prompt logprobs, one batch sampling call, then per request the new
+//! tokens (forking parallel samples at the first one, or a beam-search step), stop checks,
+//! text, and the outputs.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::sequences::{final_outputs, Ctx};
+use super::{Engine, Executor, RequestOutput, TokenLogprobs, TopLogprob};
+use crate::error::{InferError, Result};
+use crate::sampling::math::{log_sum_exp, top_n};
+use crate::sampling::{sample_batch, SampledRow, SamplerRow};
+use crate::scheduler::ScheduledChunk;
+
+/// A logits row that samples, and what it belongs to.
+struct Job {
+    key: u64,
+    /// Position in the request's live members.
+    member: usize,
+    row: usize,
+    uniforms: Vec<f64>,
+}
+
+impl<E: Executor> Engine<E> {
+    pub(super) fn process(
+        &mut self,
+        chunks: &[ScheduledChunk],
+        logits: &mut [f32],
+        started: Instant,
+    ) -> Result<Vec<RequestOutput>> {
+        let vocab = self.executor.vocab_size();
+        let jobs = self.collect_jobs(chunks, logits, vocab, started)?;
+        let sampling = Instant::now();
+        let mut rows: Vec<Option<&mut [f32]>> = logits.chunks_mut(vocab).map(Some).collect();
+        let mut batch = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            let req = &self.requests[&job.key];
+            let m = &req.members[job.member];
+            let seq = m.seq.and_then(|s| self.scheduler.seq(s));
+            let tokens = seq.map_or(&[][..], |s| &s.tokens[..]);
+            let p = &req.params;
+            let beam_top = if p.use_beam_search {
+                2 * p.best_of()
+            } else {
+                0
+            };
+            batch.push(SamplerRow {
+                logits: rows[job.row].take().ok_or_else(|| missing_row(job.row))?,
+                params: p,
+                prompt: &tokens[..req.prompt.len().min(tokens.len())],
+                output: &m.output,
+                uniforms: &job.uniforms,
+                banned: if m.output.len() < p.min_tokens {
+                    &req.stop_ids
+                } else {
+                    &[]
+                },
+                num_top: p.logprobs.unwrap_or(0).max(beam_top),
+            });
+        }
+        let sampled = sample_batch(&mut batch);
+        drop(batch);
+        self.stats.last_sample_time = sampling.elapsed();
+
+        // Each request's rows, in the order its first row came.
+        let mut order: Vec<u64> = Vec::new();
+        let mut by_request: HashMap<u64, Vec<(usize, SampledRow)>> = HashMap::new();
+        for (job, row) in jobs.iter().zip(sampled) {
+            by_request
+                .entry(job.key)
+                .or_insert_with(|| {
+                    order.push(job.key);
+                    Vec::new()
+                })
+                .push((job.member, row));
+        }
+        let mut outputs = Vec::new();
+        for key in order {
+            let rows = by_request.remove(&key).unwrap_or_default();
+            if let Some(out) = self.advance(key, rows)? {
+                outputs.push(out);
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// Metrics and prompt logprobs per chunk; the rows that sample, with their uniforms.
+    fn collect_jobs(
+        &mut self,
+        chunks: &[ScheduledChunk],
+        logits: &[f32],
+        vocab: usize,
+        started: Instant,
+    ) -> Result<Vec<Job>> {
+        let mut jobs = Vec::new();
+        let mut row = 0;
+        for c in chunks {
+            let rows = if c.all_logits {
+                c.num_new
+            } else {
+                usize::from(c.want_logits)
+            };
+            let first_row = row;
+            row += rows;
+            if logits.len() < row * vocab {
+                return Err(missing_row(row - 1));
+            }
+            let Some(&key) = self.owners.get(&c.seq) else {
+                continue;
+            };
+            let Some(req) = self.requests.get_mut(&key) else {
+                continue;
+            };
+            req.metrics.first_scheduled.get_or_insert(started);
+            let prompt_len = req.prompt.len();
+            if c.num_computed < prompt_len {
+                self.stats.prompt_tokens_computed += c.num_new as u64;
+            }
+            if let (true, Some(k), Some(slots)) = (
+                c.all_logits,
+                req.params.prompt_logprobs,
+                req.prompt_logprobs.as_mut(),
+            ) {
+                // Row r predicts the token after position num_computed + r.
+                for r in 0..c.num_new {
+                    let next = c.num_computed + r + 1;
+                    if next < prompt_len {
+                        let l = &logits[(first_row + r) * vocab..(first_row + r + 1) * vocab];
+                        slots[next] = Some(token_logprobs(l, req.prompt[next], k));
+                    }
+                }
+            }
+            if !c.want_logits {
+                continue;
+            }
+            let Some(member) = req.members.iter().position(|m| m.seq == Some(c.seq)) else {
+                continue;
+            };
+            let draws = if req.params.use_beam_search {
+                0
+            } else if req.before_first_token() {
+                req.params.best_of()
+            } else {
+                1
+            };
+            let uniforms = (0..draws)
+                .map(|k| {
+                    let n = req.members.len();
+                    rand::Rng::random(&mut req.members[(member + k) % n].rng)
+                })
+                .collect();
+            jobs.push(Job {
+                key,
+                member,
+                row: first_row + rows - 1,
+                uniforms,
+            });
+        }
+        Ok(jobs)
+    }
+
+    /// Applies a request's sampled rows; returns its output for this step, if any.
+    fn advance(
+        &mut self,
+        key: u64,
+        rows: Vec<(usize, SampledRow)>,
+    ) -> Result<Option<RequestOutput>> {
+        let Some(req) = self.requests.get_mut(&key) else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        req.metrics.first_token.get_or_insert(now);
+        let mut ctx = Ctx {
+            scheduler: &mut self.scheduler,
+            tokenizer: self.tokenizer.as_deref(),
+            stats: &mut self.stats,
+            owners: &mut self.owners,
+            next_seq: &mut self.next_seq,
+        };
+        let deltas = if req.params.use_beam_search {
+            ctx.beam_step(key, req, rows)?;
+            Vec::new()
+        } else {
+            ctx.sample_step(key, req, rows)?
+        };
+        let streamable = req.params.streamable();
+        if !req.members.is_empty() {
+            let out = (streamable && !deltas.is_empty()).then(|| RequestOutput {
+                request_id: req.id.clone(),
+                deltas,
+                outputs: None,
+                prompt_logprobs: None,
+                metrics: req.metrics,
+            });
+            return Ok(out);
+        }
+        // Every sequence ended: the request is done.
+        let Some(mut req) = self.requests.remove(&key) else {
+            return Ok(None);
+        };
+        self.ids.remove(&req.id);
+        req.metrics.finished = Some(now);
+        let outputs = final_outputs(&mut req, self.tokenizer.as_deref())?;
+        Ok(Some(RequestOutput {
+            request_id: req.id,
+            deltas: if streamable { deltas } else { Vec::new() },
+            outputs: Some(outputs),
+            prompt_logprobs: req.prompt_logprobs,
+            metrics: req.metrics,
+        }))
+    }
+}
+
+/// `token`'s log-probability under a raw logits row, with the row's top `k`.
+fn token_logprobs(row: &[f32], token: u32, k: usize) -> TokenLogprobs {
+    let lse = log_sum_exp(row);
+    TokenLogprobs {
+        token_id: token,
+        logprob: row.get(token as usize).map_or(f32::NAN, |l| l - lse),
+        top_logprobs: top_n(row, k)
+            .into_iter()
+            .map(|(token_id, l)| TopLogprob {
+                token_id,
+                logprob: l - lse,
+            })
+            .collect(),
+    }
+}
+
+fn missing_row(row: usize) -> InferError {
+    InferError::Backend {
+        backend: "executor",
+        message: format!("no logits for row {row}"),
+    }
+}
