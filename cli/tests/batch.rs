@@ -1,16 +1,12 @@
 //! `infer generate --prompts-file`, the engine flags, and the benchmarks, end to end.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use infer_tests::gguf_writer::tiny_llama;
 use infer_tests::smollm2_path;
 
 fn infer(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_infer"))
-        .args(args)
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("running infer")
+    infer_tests::run_infer(env!("CARGO_BIN_EXE_infer"), args)
 }
 
 fn ok(out: &Output) -> String {

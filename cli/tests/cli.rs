@@ -8,11 +8,7 @@ use infer_tests::gguf_writer::{tiny_llama, Data, Meta};
 use infer_tests::smollm2_path;
 
 fn infer(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_infer"))
-        .args(args)
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("running infer")
+    infer_tests::run_infer(env!("CARGO_BIN_EXE_infer"), args)
 }
 
 /// Runs `infer generate` and expects failure with `needle` in the message.

@@ -1,17 +1,13 @@
 //! `infer generate` sampling flags: several outputs per prompt (`--n`, `--beam-width`), stop
 //! strings and logprobs in the JSON, and clear errors for bad values before the model loads.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use infer_tests::smollm2_path;
 use serde_json::Value;
 
 fn infer(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_infer"))
-        .args(args)
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("running infer")
+    infer_tests::run_infer(env!("CARGO_BIN_EXE_infer"), args)
 }
 
 fn generate_json(extra: &[&str]) -> Value {

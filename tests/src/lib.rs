@@ -5,9 +5,11 @@ pub mod gguf_writer;
 pub mod hf_writer;
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Arc;
 
 use infer_core::{
-    open_model, Backend, BatchInput, Generator, LlamaModel, ModelFiles, SequenceChunk,
+    open_model, Backend, BatchInput, Generator, LlamaModel, ModelFiles, SequenceChunk, Tokenizer,
 };
 use infer_cpu::CpuBackend;
 
@@ -99,4 +101,27 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
+}
+
+/// SmolLM2 on the packed CPU backend, shareable by engines, with its tokenizer.
+pub fn smollm2_shared() -> (Arc<LlamaModel<CpuBackend>>, Arc<Tokenizer>) {
+    let files = open_model(&smollm2_path()).unwrap();
+    let model = LlamaModel::load(
+        &CpuBackend::new(),
+        &files.config,
+        files.weights.as_ref(),
+        None,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    (Arc::new(model), Arc::new(files.tokenizer))
+}
+
+/// Runs the `infer` binary at `exe` (a CLI test's `env!("CARGO_BIN_EXE_infer")`) offline.
+pub fn run_infer(exe: &str, args: &[&str]) -> Output {
+    Command::new(exe)
+        .args(args)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("running infer")
 }

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 
 use infer_core::{
-    open_model, Engine, EngineConfig, LlamaExecutor, LlamaModel, PreemptionMode, Prompt,
-    SamplingParams, SchedulerConfig, Tokenizer,
+    Engine, EngineConfig, LlamaExecutor, LlamaModel, PreemptionMode, Prompt, SamplingParams,
+    SchedulerConfig, Tokenizer,
 };
 use infer_cpu::CpuBackend;
-use infer_tests::smollm2_path;
 
 struct Smol {
     model: Arc<LlamaModel<CpuBackend>>,
@@ -17,19 +16,8 @@ struct Smol {
 }
 
 fn smol() -> Smol {
-    let files = open_model(&smollm2_path()).unwrap();
-    let model = LlamaModel::load(
-        &CpuBackend::new(),
-        &files.config,
-        files.weights.as_ref(),
-        None,
-        &mut |_, _| {},
-    )
-    .unwrap();
-    Smol {
-        model: Arc::new(model),
-        tokenizer: Arc::new(files.tokenizer),
-    }
+    let (model, tokenizer) = infer_tests::smollm2_shared();
+    Smol { model, tokenizer }
 }
 
 fn engine(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use infer_core::tokenizer::IncrementalDetokenizer;
 use infer_core::{
-    open_model, CompletionOutput, Engine, EngineConfig, FinishReason, LlamaExecutor, LlamaModel,
+    CompletionOutput, Engine, EngineConfig, FinishReason, LlamaExecutor, LlamaModel,
     PreemptionMode, SamplingParams, SchedulerConfig, StopReason, Tokenizer,
 };
 use infer_cpu::CpuBackend;
@@ -21,19 +21,11 @@ struct Smol {
 }
 
 fn smol() -> Smol {
-    let files = open_model(&smollm2_path()).unwrap();
-    let model = LlamaModel::load(
-        &CpuBackend::new(),
-        &files.config,
-        files.weights.as_ref(),
-        None,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let (model, tokenizer) = infer_tests::smollm2_shared();
     Smol {
         loaded: load_cpu(&smollm2_path()),
-        model: Arc::new(model),
-        tokenizer: Arc::new(files.tokenizer),
+        model,
+        tokenizer,
     }
 }
 

@@ -59,16 +59,7 @@ impl Scheduler {
             if !fits {
                 break;
             }
-            for s in shares.iter().filter(|s| s.num_new > 0) {
-                let tokens = &self.seqs[&s.id].0.tokens;
-                let copies = self
-                    .blocks
-                    .append_slots(s.id, tokens, s.num_computed, s.num_new)?
-                    .ok_or_else(|| counted_blocks_missing(s.id))?;
-                out.cache_ops.copy.extend(copies);
-                self.push_chunk(s.id, s.num_new, out);
-                *budget -= s.num_new;
-            }
+            self.append_shares(&shares, budget, out)?;
             i += members.len();
         }
         Ok(())
@@ -94,20 +85,10 @@ impl Scheduler {
             out.cache_ops.swap_in.extend(self.blocks.swap_in(&members)?);
             self.swapped.drain(..members.len());
             out.admitted += members.len();
-            for s in shares {
+            for s in &shares {
                 self.set_queue(s.id, Queue::Running);
-                if s.num_new == 0 {
-                    continue;
-                }
-                let tokens = &self.seqs[&s.id].0.tokens;
-                let copies = self
-                    .blocks
-                    .append_slots(s.id, tokens, s.num_computed, s.num_new)?
-                    .ok_or_else(|| counted_blocks_missing(s.id))?;
-                out.cache_ops.copy.extend(copies);
-                self.push_chunk(s.id, s.num_new, out);
-                *budget -= s.num_new;
             }
+            self.append_shares(&shares, budget, out)?;
         }
         Ok(())
     }
@@ -259,6 +240,26 @@ impl Scheduler {
             }
         }
         shares
+    }
+
+    /// Takes the blocks counted for `shares` (copy-on-write included) and schedules them.
+    fn append_shares(
+        &mut self,
+        shares: &[Share],
+        budget: &mut usize,
+        out: &mut SchedulerOutput,
+    ) -> Result<()> {
+        for s in shares.iter().filter(|s| s.num_new > 0) {
+            let tokens = &self.seqs[&s.id].0.tokens;
+            let copies = self
+                .blocks
+                .append_slots(s.id, tokens, s.num_computed, s.num_new)?
+                .ok_or_else(|| counted_blocks_missing(s.id))?;
+            out.cache_ops.copy.extend(copies);
+            self.push_chunk(s.id, s.num_new, out);
+            *budget -= s.num_new;
+        }
+        Ok(())
     }
 
     /// The group starting at `queue[start]`: it and the following ids of the same arrival.
