@@ -22,7 +22,9 @@ macro_rules! kernel {
 pub const EMBEDDING: Kernel = kernel!("embedding", ["main"]);
 pub const RMS_NORM: Kernel = kernel!("rms_norm", ["main"]);
 pub const MATMUL: Kernel = kernel!("matmul", ["main"]);
-pub const ELEMENTWISE: Kernel = kernel!("elementwise", ["add_assign", "add_bias", "silu_mul"]);
+pub const ADD_ASSIGN: Kernel = kernel!("add_assign", ["main"]);
+pub const ADD_BIAS: Kernel = kernel!("add_bias", ["main"]);
+pub const SILU_MUL: Kernel = kernel!("silu_mul", ["main"]);
 pub const ROPE: Kernel = kernel!("rope", ["main"]);
 pub const WRITE_KV: Kernel = kernel!("write_kv", ["main"]);
 pub const PAGED_ATTENTION: Kernel = kernel!("paged_attention", ["main"]);
@@ -35,7 +37,9 @@ pub const ALL: &[Kernel] = &[
     EMBEDDING,
     RMS_NORM,
     MATMUL,
-    ELEMENTWISE,
+    ADD_ASSIGN,
+    ADD_BIAS,
+    SILU_MUL,
     ROPE,
     WRITE_KV,
     PAGED_ATTENTION,
@@ -89,7 +93,11 @@ mod tests {
                 .iter()
                 .filter(|(_, g)| matches!(g.space, naga::AddressSpace::Storage { .. }))
                 .count();
-            assert!(storage <= 8, "{}.wgsl binds {storage} storage buffers", k.name);
+            assert!(
+                storage <= 8,
+                "{}.wgsl binds {storage} storage buffers",
+                k.name
+            );
         }
     }
 
