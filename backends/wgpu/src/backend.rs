@@ -110,7 +110,7 @@ impl WgpuBackend {
 
     fn check_binding(&self, what: &str, floats: usize) -> Result<()> {
         let bytes = floats as u64 * 4;
-        let limit = self.ctx.limits.max_storage_buffer_binding_size as u64;
+        let limit = self.ctx.limits.max_storage_buffer_binding_size;
         if bytes > limit {
             return Err(shape_err(
                 what,
