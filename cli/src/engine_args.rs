@@ -7,8 +7,8 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use infer_core::engine::sizing::{plan_kv_pool, profile_step, KvBudget, PoolRequest};
 use infer_core::{
-    Backend, Engine, EngineConfig, LlamaExecutor, LlamaModel, PreemptionMode, SchedulerConfig,
-    Tokenizer,
+    Backend, Engine, EngineConfig, Executor, LlamaExecutor, LlamaModel, PreemptionMode,
+    SchedulerConfig, Tokenizer,
 };
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -71,13 +71,13 @@ impl EngineArgs {
     }
 
     /// Sizes the KV pool for `model` on `backend` and builds the engine.
-    pub fn build<B: Backend>(
+    pub fn build<B: Backend + 'static>(
         &self,
         backend: B,
         model: Arc<LlamaModel<B>>,
         tokenizer: Option<Arc<Tokenizer>>,
         max_model_len_is_explicit: bool,
-    ) -> Result<Engine<LlamaExecutor<B>>> {
+    ) -> Result<Engine<Box<dyn Executor>>> {
         if self.block_size == 0 {
             anyhow::bail!("--block-size must be at least 1");
         }
@@ -123,6 +123,7 @@ impl EngineArgs {
             plan.num_device_blocks,
             plan.num_host_blocks,
         )?;
+        let executor: Box<dyn Executor> = Box::new(executor);
         Ok(Engine::new(executor, tokenizer, config)?)
     }
 }

@@ -6,11 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use infer_core::{
-    Backend, ChatMessage, Engine, LlamaExecutor, Prompt, RequestMetrics, SamplingParams, Tokenizer,
-};
+use infer_core::{ChatMessage, Prompt, RequestMetrics, SamplingParams, Tokenizer};
 
-use crate::model::ModelArgs;
+use crate::model::{AnyEngine, ModelArgs};
 use crate::prompts_file;
 use crate::sampling_args::{completion_json, SamplingArgs};
 
@@ -77,8 +75,8 @@ fn speeds(m: &RequestMetrics) -> (f64, f64) {
     (prefill, decode)
 }
 
-fn stream_one<B: Backend>(
-    engine: &mut Engine<LlamaExecutor<B>>,
+fn stream_one(
+    engine: &mut AnyEngine,
     ids: Vec<u32>,
     params: SamplingParams,
     json: bool,

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use infer_core::{open_model, Backend, Engine, LlamaExecutor, LlamaModel, ModelFiles, Tokenizer};
+use infer_core::{open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, Tokenizer};
 use infer_cpu::CpuBackend;
+use infer_wgpu::WgpuBackend;
 
 use crate::engine_args::EngineArgs;
 
@@ -15,18 +16,6 @@ pub enum BackendKind {
     Cpu,
     Wgpu,
     Cuda,
-}
-
-impl BackendKind {
-    /// The CPU backend, or a clear error for backends not built yet.
-    pub fn cpu(self, weights: CpuWeights) -> Result<CpuBackend> {
-        match self {
-            BackendKind::Cpu => Ok(weights.backend()),
-            other => {
-                bail!("the {other:?} backend is not available in this build yet; use --backend cpu")
-            }
-        }
-    }
 }
 
 /// How the CPU backend holds Q4_0 / Q4_1 / Q8_0 weights.
@@ -117,13 +106,30 @@ pub struct ModelArgs {
     pub engine: EngineArgs,
 }
 
-pub type CpuEngine = Engine<LlamaExecutor<CpuBackend>>;
+/// An engine over whichever backend was chosen.
+pub type AnyEngine = Engine<Box<dyn Executor>>;
 
 impl ModelArgs {
     /// Loads the model and builds the engine on the chosen backend.
-    pub fn engine(&self) -> Result<(CpuEngine, Arc<Tokenizer>, String)> {
+    pub fn engine(&self) -> Result<(AnyEngine, Arc<Tokenizer>, String)> {
         init_threads(self.threads)?;
-        let backend = self.backend.cpu(self.cpu_weights)?;
+        match self.backend {
+            BackendKind::Cpu => self.engine_on(self.cpu_weights.backend()),
+            BackendKind::Wgpu => {
+                let backend = WgpuBackend::new()?;
+                tracing::info!(adapter = %backend.context().adapter_name(), "wgpu");
+                self.engine_on(backend)
+            }
+            BackendKind::Cuda => {
+                bail!("the CUDA backend is not available in this build yet; use --backend cpu or wgpu")
+            }
+        }
+    }
+
+    fn engine_on<B: Backend + 'static>(
+        &self,
+        backend: B,
+    ) -> Result<(AnyEngine, Arc<Tokenizer>, String)> {
         let name = backend.name();
         let (model, tokenizer) = load_model(&backend, &self.model, self.max_model_len)?;
         let tokenizer = Arc::new(tokenizer);

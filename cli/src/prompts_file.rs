@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use infer_core::{Backend, Engine, LlamaExecutor, Prompt, Tokenizer};
+use infer_core::{Prompt, Tokenizer};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::generate::{prompt_ids, GenerateArgs};
+use crate::model::AnyEngine;
 use crate::sampling_args::completion_json;
 
 #[derive(Debug, Deserialize)]
@@ -46,8 +47,8 @@ pub fn read(path: &Path) -> Result<Vec<Entry>> {
     Ok(entries)
 }
 
-pub fn run<B: Backend>(
-    engine: &mut Engine<LlamaExecutor<B>>,
+pub fn run(
+    engine: &mut AnyEngine,
     tokenizer: &Tokenizer,
     entries: Vec<Entry>,
     args: &GenerateArgs,

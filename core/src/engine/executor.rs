@@ -23,6 +23,22 @@ pub trait Executor {
     ) -> Result<()>;
 }
 
+/// Engines over any backend behind one type (the CLI picks the backend at run time).
+impl Executor for Box<dyn Executor> {
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn execute(
+        &mut self,
+        ops: &CacheOps,
+        batch: Option<&BatchInput>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        (**self).execute(ops, batch, logits)
+    }
+}
+
 /// A Llama-family model on a backend, with the device KV pool and the host swap space.
 pub struct LlamaExecutor<B: Backend> {
     backend: B,
