@@ -108,11 +108,17 @@ impl Scheduler {
         while *budget > 0 && i < self.waiting.len() {
             let id = self.waiting[i];
             let arrival = self.seqs[&id].0.arrival;
-            let leader = self
-                .running
-                .iter()
-                .copied()
-                .find(|r| self.seqs[r].0.arrival == arrival);
+            // Only a member of a multi-sequence group can have a running leader: the common
+            // single-sequence request skips the scan of the running queue (this pass runs over
+            // the whole waiting queue every step).
+            let leader = if self.group_members(arrival) > 1 {
+                self.running
+                    .iter()
+                    .copied()
+                    .find(|r| self.seqs[r].0.arrival == arrival)
+            } else {
+                None
+            };
             let admitted = if joiners_only && leader.is_none() {
                 false
             } else {
