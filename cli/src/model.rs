@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use infer_core::{open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, Tokenizer};
 use infer_cpu::CpuBackend;
-use infer_wgpu::WgpuBackend;
+use infer_wgpu::{WeightStorage, WgpuBackend};
 
 use crate::engine_args::EngineArgs;
 
@@ -25,6 +25,24 @@ pub enum CpuWeights {
     Packed,
     /// Dequantized to f32 at load (the plain reference path).
     F32,
+}
+
+/// How the wgpu backend stores weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WgpuWeights {
+    /// Half the memory and bandwidth of f32 (packed pairs: no SHADER_F16 needed).
+    F16,
+    /// Exact dequantized values (the CPU reference path bit for bit in the weights).
+    F32,
+}
+
+impl WgpuWeights {
+    fn storage(self) -> WeightStorage {
+        match self {
+            WgpuWeights::F16 => WeightStorage::F16,
+            WgpuWeights::F32 => WeightStorage::F32,
+        }
+    }
 }
 
 impl CpuWeights {
@@ -96,6 +114,8 @@ pub struct ModelArgs {
     pub backend: BackendKind,
     #[arg(long, value_enum, default_value = "packed")]
     pub cpu_weights: CpuWeights,
+    #[arg(long, value_enum, default_value = "f16")]
+    pub wgpu_weights: WgpuWeights,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -116,7 +136,7 @@ impl ModelArgs {
         match self.backend {
             BackendKind::Cpu => self.engine_on(self.cpu_weights.backend()),
             BackendKind::Wgpu => {
-                let backend = WgpuBackend::new()?;
+                let backend = WgpuBackend::new(self.wgpu_weights.storage())?;
                 tracing::info!(adapter = %backend.context().adapter_name(), "wgpu");
                 self.engine_on(backend)
             }

@@ -15,7 +15,7 @@ fn infer(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().expect("running infer")
 }
 
-fn greedy(backend: &str) -> Value {
+fn greedy(backend: &str, wgpu_weights: &str) -> Value {
     let model = smollm2_path();
     let out = infer(
         &[
@@ -24,6 +24,8 @@ fn greedy(backend: &str) -> Value {
             &model,
             "--backend",
             backend,
+            "--wgpu-weights",
+            wgpu_weights,
             "--num-kv-blocks",
             "64",
             "--prompt",
@@ -44,10 +46,56 @@ fn greedy(backend: &str) -> Value {
 
 #[test]
 fn wgpu_generates_the_cpu_backends_greedy_tokens() {
-    let cpu = greedy("cpu");
-    let gpu = greedy("wgpu");
-    assert_eq!(gpu["token_ids"], cpu["token_ids"]);
-    assert_eq!(gpu["text"], cpu["text"]);
+    let cpu = greedy("cpu", "f32");
+    // f32 weights hold the dequantized values exactly; f16 rounds them (relative 2^-11),
+    // which this prompt's clear winners survive.
+    for weights in ["f32", "f16"] {
+        let gpu = greedy("wgpu", weights);
+        assert_eq!(gpu["token_ids"], cpu["token_ids"], "{weights} weights");
+        assert_eq!(gpu["text"], cpu["text"]);
+    }
+}
+
+#[test]
+fn bench_kernels_reports_every_kernel_on_the_adapter() {
+    let out = infer(
+        &[
+            "bench",
+            "kernels",
+            "--reps",
+            "1",
+            "--samples",
+            "1",
+            "--json",
+        ],
+        &[("WGPU_BACKEND", "vulkan")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["adapter"].as_str().is_some_and(|a| !a.is_empty()));
+    let kernels = v["kernels"].as_array().unwrap();
+    for name in [
+        "matmul_small",
+        "matmul_tiled",
+        "rms_norm",
+        "silu_mul",
+        "add_assign",
+        "rope",
+        "write_kv",
+        "paged_attention",
+        "embedding",
+        "argmax",
+    ] {
+        let k = kernels.iter().find(|k| k["kernel"] == name);
+        let k = k.unwrap_or_else(|| panic!("no {name} in {v}"));
+        assert!(k["median_us"].as_f64().is_some_and(|t| t > 0.0), "{k}");
+    }
+    let cpu = infer(&["bench", "kernels", "--backend", "cpu"], &[]);
+    assert!(!cpu.status.success());
 }
 
 #[test]

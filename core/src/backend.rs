@@ -68,6 +68,11 @@ pub trait Backend {
     fn upload_packed(&self, _tensor: &PackedTensor) -> Result<Option<Self::Tensor>> {
         Ok(None)
     }
+    /// Uploads a weight matrix `[rows, cols]` (used by `matmul` or `embedding` only), which a
+    /// backend may store in a narrower type; the default is `upload`.
+    fn upload_matrix(&self, tensor: &HostTensor) -> Result<Self::Tensor> {
+        self.upload(tensor)
+    }
     fn upload_batch(&self, batch: &BatchInput) -> Result<Self::Batch>;
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<Self::KvCache>;
     /// Host blocks for swapping (`spec.num_blocks` of them).
@@ -99,6 +104,12 @@ pub trait Backend {
     }
     /// Reads a tensor back; waits for all enqueued work that produces it.
     fn to_host(&self, tensor: &Self::Tensor) -> Result<HostTensor>;
+    /// Each row's argmax (lowest index on ties) computed where the tensor lives, read back as
+    /// one id per row; `None` where the backend has no such shortcut (the host then reads the
+    /// rows).
+    fn argmax_to_host(&self, _logits: &Self::Tensor) -> Result<Option<Vec<u32>>> {
+        Ok(None)
+    }
 
     /// `out[t] = table[token_ids[t]]`: `[num_tokens, hidden]`.
     fn embedding(&self, table: &Self::Tensor, batch: &Self::Batch) -> Result<Self::Tensor>;

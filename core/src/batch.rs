@@ -35,6 +35,9 @@ pub struct BatchInput {
     pub block_size: usize,
     /// Token rows whose logits are computed.
     pub logits_indices: Vec<u32>,
+    /// Every logits row only needs its argmax (plain greedy decoding): an executor may return
+    /// the ids instead of the rows (see `StepLogits`).
+    pub argmax_only: bool,
 }
 
 impl BatchInput {

@@ -26,7 +26,8 @@ pub use batch::{BatchInput, SequenceChunk};
 pub use config::{ModelConfig, RopeScaling, RopeStyle};
 pub use engine::{
     CompletedRequest, CompletionOutput, Engine, EngineConfig, EngineStats, Executor, LlamaExecutor,
-    Prompt, RequestMetrics, RequestOutput, SequenceDelta, StopReason, TokenLogprobs, TopLogprob,
+    Prompt, RequestMetrics, RequestOutput, SequenceDelta, StepLogits, StopReason, TokenLogprobs,
+    TopLogprob,
 };
 pub use error::{InferError, Result};
 pub use generate::{FinishReason, GenerationOutput, Generator};

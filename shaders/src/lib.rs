@@ -9,6 +9,21 @@ pub struct Kernel {
     pub entry_points: &'static [&'static str],
 }
 
+/// A kernel whose source is a header (the weight storage: `weights_f32` or `weights_f16`)
+/// followed by the body, so one body serves both storages.
+macro_rules! kernel_with {
+    ($header:literal, $name:literal, [$($entry:literal),+]) => {
+        Kernel {
+            name: concat!($name, "+", $header),
+            source: concat!(
+                include_str!(concat!("../wgsl/", $header, ".wgsl")),
+                include_str!(concat!("../wgsl/", $name, ".wgsl"))
+            ),
+            entry_points: &[$($entry),+],
+        }
+    };
+}
+
 macro_rules! kernel {
     ($name:literal, [$($entry:literal),+]) => {
         Kernel {
@@ -31,6 +46,16 @@ pub const PAGED_ATTENTION: Kernel = kernel!("paged_attention", ["main"]);
 pub const ATTENTION_REDUCE: Kernel = kernel!("attention_reduce", ["main"]);
 pub const GATHER_ROWS: Kernel = kernel!("gather_rows", ["main"]);
 pub const ARGMAX: Kernel = kernel!("argmax", ["main"]);
+pub const FILL: Kernel = kernel!("fill", ["main"]);
+pub const COPY_BLOCKS: Kernel = kernel!("copy_blocks", ["main"]);
+pub const MATMUL_TILED_F32: Kernel = kernel_with!("weights_f32", "matmul_tiled", ["main"]);
+pub const MATMUL_TILED_F16: Kernel = kernel_with!("weights_f16", "matmul_tiled", ["main"]);
+pub const MATMUL_SMALL_F32: Kernel = kernel_with!("weights_f32", "matmul_small", ["main"]);
+pub const MATMUL_SMALL_F16: Kernel = kernel_with!("weights_f16", "matmul_small", ["main"]);
+pub const EMBEDDING_ROWS_F32: Kernel = kernel_with!("weights_f32", "embedding_rows", ["main"]);
+pub const EMBEDDING_ROWS_F16: Kernel = kernel_with!("weights_f16", "embedding_rows", ["main"]);
+/// Rows of `x` the small-batch matmul takes at once (its `MAX_M`).
+pub const MATMUL_SMALL_MAX_M: usize = 8;
 
 /// Every kernel, for validation and pipeline warm-up.
 pub const ALL: &[Kernel] = &[
@@ -46,6 +71,14 @@ pub const ALL: &[Kernel] = &[
     ATTENTION_REDUCE,
     GATHER_ROWS,
     ARGMAX,
+    FILL,
+    COPY_BLOCKS,
+    MATMUL_TILED_F32,
+    MATMUL_TILED_F16,
+    MATMUL_SMALL_F32,
+    MATMUL_SMALL_F16,
+    EMBEDDING_ROWS_F32,
+    EMBEDDING_ROWS_F16,
 ];
 
 /// Keys per partition of the paged-attention kernel (its `PART` constant).
@@ -57,6 +90,10 @@ pub const MAX_HEAD_DIM: usize = 256;
 mod tests {
     use super::*;
     use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+    /// What every WebGPU implementation offers: `unpack2x16float` is core WGSL, which naga
+    /// models as a capability (wgpu grants it on every compliant adapter).
+    const WEBGPU_CORE: Capabilities = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
 
     fn validate(k: &Kernel, caps: Capabilities) -> naga::Module {
         let module = naga::front::wgsl::parse_str(k.source)
@@ -70,7 +107,7 @@ mod tests {
     #[test]
     fn every_kernel_parses_and_validates_with_and_without_optional_features() {
         for k in ALL {
-            for caps in [Capabilities::empty(), Capabilities::all()] {
+            for caps in [WEBGPU_CORE, Capabilities::all()] {
                 let module = validate(k, caps);
                 for entry in k.entry_points {
                     assert!(
@@ -87,7 +124,7 @@ mod tests {
     fn every_kernel_stays_within_browser_binding_limits() {
         // WebGPU's default: 8 storage buffers per shader stage.
         for k in ALL {
-            let module = validate(k, Capabilities::empty());
+            let module = validate(k, WEBGPU_CORE);
             let storage = module
                 .global_variables
                 .iter()
@@ -106,5 +143,7 @@ mod tests {
         let src = PAGED_ATTENTION.source;
         assert!(src.contains(&format!("const PART: u32 = {ATTENTION_PARTITION}u;")));
         assert!(src.contains(&format!("const MAX_HEAD_DIM: u32 = {MAX_HEAD_DIM}u;")));
+        let src = MATMUL_SMALL_F32.source;
+        assert!(src.contains(&format!("const MAX_M: u32 = {MATMUL_SMALL_MAX_M}u;")));
     }
 }

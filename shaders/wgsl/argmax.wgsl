@@ -12,7 +12,11 @@ var<workgroup> best_i: array<u32, WG>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let row = wid.x;
+    // Uniform per workgroup, so the early return keeps the barriers uniform.
+    let row = wid.x + wid.y * 65535u;
+    if (row >= p.rows) {
+        return;
+    }
     let base = row * p.cols;
     var v = -3.4e38;
     var idx = 0xffffffffu;

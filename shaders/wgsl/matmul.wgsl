@@ -1,6 +1,7 @@
-// out[m, n] = x[m, k] · w[n, k]ᵀ (a linear layer): 16×16 output tiles, K walked in 16-wide
-// tiles staged in workgroup memory.
-struct Params { m: u32, n: u32, k: u32, _pad: u32 }
+// out[m, n_offset + n] = x[m, k] · w[n, k]ᵀ (a linear layer), scalar loads for any k (the
+// vec4 kernels need k % 4 == 0): 16×16 output tiles, K walked in 16-wide tiles staged in
+// workgroup memory.
+struct Params { m: u32, n: u32, k: u32, n_offset: u32, out_stride: u32, _p0: u32, _p1: u32, _p2: u32 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -37,6 +38,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
     }
     if (row < p.m && col < p.n) {
-        out[row * p.n + col] = acc;
+        out[row * p.out_stride + p.n_offset + col] = acc;
     }
 }

@@ -1,6 +1,6 @@
-//! The `Backend` trait on wgpu: f32 tensors in storage buffers, the paged KV cache as one K and
-//! one V buffer per layer (rows `[slot, kv_heads * head_dim]`), swap space in host memory.
-//! Ops enqueue work; only `to_host` waits.
+//! The `Backend` trait on wgpu. Ops record into the step's command encoder (see
+//! `recorder`); `to_host` and `argmax_to_host` submit and read back, so one engine step is one
+//! submission and reads back only logits rows or one id per row.
 
 use std::sync::Arc;
 
@@ -11,113 +11,84 @@ use infer_core::config::RopeStyle;
 use infer_core::error::{InferError, Result};
 use infer_core::weights::HostTensor;
 
+use crate::cache::{row_and_block, WgpuKvCache, WgpuSwapSpace};
 use crate::context::{GpuContext, GpuError};
-use crate::kernels::AttentionShape;
+use crate::kernels::{AttentionShape, WeightStorage};
+use crate::pool::GpuBuffer;
+use crate::tensor::{op_err, WgpuTensor};
 
 #[derive(Clone)]
 pub struct WgpuBackend {
-    ctx: Arc<GpuContext>,
-}
-
-#[derive(Clone)]
-pub struct WgpuTensor {
-    buffer: Arc<wgpu::Buffer>,
-    shape: Vec<usize>,
-}
-
-impl DeviceTensor for WgpuTensor {
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-}
-
-impl WgpuTensor {
-    fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    fn rows_cols(&self) -> (usize, usize) {
-        let cols = self.shape.last().copied().unwrap_or(1);
-        (self.len() / cols.max(1), cols)
-    }
+    pub(crate) ctx: Arc<GpuContext>,
+    /// How weight matrices are stored.
+    weights: WeightStorage,
+    /// Largest storage binding (the adapter's, lowered in tests to exercise splitting).
+    max_binding: u64,
 }
 
 pub struct WgpuBatch {
     input: BatchInput,
-    token_ids: wgpu::Buffer,
-    positions: wgpu::Buffer,
-    slots: wgpu::Buffer,
-    block_tables: wgpu::Buffer,
+    token_ids: GpuBuffer,
+    positions: GpuBuffer,
+    slots: GpuBuffer,
+    block_tables: GpuBuffer,
     /// (position, sequence index) per token.
-    token_info: wgpu::Buffer,
-    logits_indices: wgpu::Buffer,
+    token_info: GpuBuffer,
+    logits_indices: GpuBuffer,
 }
 
-pub struct WgpuKvCache {
-    spec: KvCacheSpec,
-    /// Per layer: K and V.
-    layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
-}
-
-/// Host copies of swapped-out blocks, laid out like the device cache.
-pub struct WgpuSwapSpace {
-    spec: KvCacheSpec,
-    layers: Vec<(Vec<f32>, Vec<f32>)>,
-}
-
-fn err(e: GpuError) -> InferError {
+pub(crate) fn gpu_err(e: GpuError) -> InferError {
     InferError::Backend {
         backend: "wgpu",
         message: e.to_string(),
     }
 }
 
-fn shape_err(op: &str, detail: String) -> InferError {
-    InferError::Backend {
-        backend: "wgpu",
-        message: format!("{op}: {detail}"),
-    }
-}
-
 impl WgpuBackend {
     /// Opens the adapter chosen by `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` (see `GpuContext`).
-    pub fn new() -> Result<Self> {
-        Ok(WgpuBackend {
-            ctx: Arc::new(GpuContext::new().map_err(err)?),
-        })
+    pub fn new(weights: WeightStorage) -> Result<Self> {
+        let ctx = Arc::new(GpuContext::new().map_err(gpu_err)?);
+        Ok(Self::with_context(ctx, weights))
     }
 
-    pub fn with_context(ctx: Arc<GpuContext>) -> Self {
-        WgpuBackend { ctx }
+    pub fn with_context(ctx: Arc<GpuContext>, weights: WeightStorage) -> Self {
+        let max_binding = ctx.limits.max_storage_buffer_binding_size;
+        WgpuBackend {
+            ctx,
+            weights,
+            max_binding,
+        }
+    }
+
+    /// Lowers the binding limit weights are split at (tests of the splitting path).
+    pub fn with_max_binding(mut self, bytes: u64) -> Self {
+        self.max_binding = bytes.min(self.max_binding);
+        self
     }
 
     pub fn context(&self) -> &GpuContext {
         &self.ctx
     }
 
-    fn tensor(&self, buffer: wgpu::Buffer, shape: Vec<usize>) -> WgpuTensor {
-        WgpuTensor {
-            buffer: Arc::new(buffer),
-            shape,
-        }
-    }
-
-    /// Floats per cache row and per block.
-    fn row_and_block(spec: &KvCacheSpec) -> (usize, usize) {
-        let row = spec.num_kv_heads * spec.head_dim;
-        (row, row * spec.block_size)
-    }
-
-    fn check_binding(&self, what: &str, floats: usize) -> Result<()> {
-        let bytes = floats as u64 * 4;
-        let limit = self.ctx.limits.max_storage_buffer_binding_size;
-        if bytes > limit {
-            return Err(shape_err(
+    pub(crate) fn check_binding(&self, what: &str, bytes: u64) -> Result<()> {
+        if bytes > self.max_binding {
+            return Err(op_err(
                 what,
-                format!("{bytes} bytes exceed the adapter's {limit}-byte storage binding"),
+                format!(
+                    "{bytes} bytes exceed the adapter's {}-byte storage binding",
+                    self.max_binding
+                ),
             ));
         }
         Ok(())
+    }
+
+    fn out(
+        &self,
+        r: crate::context::GpuResult<GpuBuffer>,
+        shape: Vec<usize>,
+    ) -> Result<WgpuTensor> {
+        Ok(WgpuTensor::activation(r.map_err(gpu_err)?, shape))
     }
 }
 
@@ -128,12 +99,26 @@ impl Backend for WgpuBackend {
     type SwapSpace = WgpuSwapSpace;
 
     fn name(&self) -> String {
-        format!("wgpu ({})", self.ctx.adapter_name())
+        format!(
+            "wgpu ({}, {:?} weights)",
+            self.ctx.adapter_name(),
+            self.weights
+        )
     }
 
     fn upload(&self, t: &HostTensor) -> Result<WgpuTensor> {
-        self.check_binding("upload", t.data.len())?;
-        Ok(self.tensor(self.ctx.upload_f32(&t.data), t.shape.clone()))
+        self.check_binding("upload", t.data.len() as u64 * 4)?;
+        WgpuTensor::upload(&self.ctx, t, WeightStorage::F32, self.max_binding)
+    }
+
+    fn upload_matrix(&self, t: &HostTensor) -> Result<WgpuTensor> {
+        let cols = t.shape.last().copied().unwrap_or(1);
+        let storage = if cols.is_multiple_of(4) {
+            self.weights
+        } else {
+            WeightStorage::F32
+        };
+        WgpuTensor::upload(&self.ctx, t, storage, self.max_binding)
     }
 
     fn upload_batch(&self, b: &BatchInput) -> Result<WgpuBatch> {
@@ -144,66 +129,26 @@ impl Backend for WgpuBackend {
         }
         let c = &self.ctx;
         Ok(WgpuBatch {
-            token_ids: c.upload_u32(&b.token_ids),
-            positions: c.upload_u32(&b.positions),
-            slots: c.upload_u32(&b.slot_mapping),
-            block_tables: c.upload_u32(&b.block_tables),
-            token_info: c.upload_u32(&info),
-            logits_indices: c.upload_u32(&b.logits_indices),
+            token_ids: c.stage_u32(&b.token_ids),
+            positions: c.stage_u32(&b.positions),
+            slots: c.stage_u32(&b.slot_mapping),
+            block_tables: c.stage_u32(&b.block_tables),
+            token_info: c.stage_u32(&info),
+            logits_indices: c.stage_u32(&b.logits_indices),
             input: b.clone(),
         })
     }
 
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<WgpuKvCache> {
-        let (_, block) = Self::row_and_block(spec);
-        let floats = spec.num_blocks * block;
-        self.check_binding("KV cache layer", floats)?;
-        let zeros = vec![0f32; floats.max(1)];
-        let layers = (0..spec.num_layers)
-            .map(|_| (self.ctx.upload_f32(&zeros), self.ctx.upload_f32(&zeros)))
-            .collect();
-        Ok(WgpuKvCache {
-            spec: *spec,
-            layers,
-        })
+        self.new_kv_cache(spec)
     }
 
     fn alloc_swap_space(&self, spec: &KvCacheSpec) -> Result<WgpuSwapSpace> {
-        let (_, block) = Self::row_and_block(spec);
-        let floats = spec.num_blocks * block;
-        let layers = (0..spec.num_layers)
-            .map(|_| (vec![0f32; floats], vec![0f32; floats]))
-            .collect();
-        Ok(WgpuSwapSpace {
-            spec: *spec,
-            layers,
-        })
+        Ok(Self::new_swap_space(spec))
     }
 
     fn copy_blocks(&self, cache: &mut WgpuKvCache, copies: &[BlockCopy]) -> Result<()> {
-        let (_, block) = Self::row_and_block(&cache.spec);
-        let bytes = block as u64 * 4;
-        let mut encoder = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("copy_blocks"),
-            });
-        for (k, v) in &cache.layers {
-            for &(from, to) in copies {
-                for buf in [k, v] {
-                    encoder.copy_buffer_to_buffer(
-                        buf,
-                        from as u64 * bytes,
-                        buf,
-                        to as u64 * bytes,
-                        bytes,
-                    );
-                }
-            }
-        }
-        self.ctx.queue.submit([encoder.finish()]);
-        Ok(())
+        self.record_block_copies(cache, copies)
     }
 
     fn swap_out(
@@ -212,19 +157,7 @@ impl Backend for WgpuBackend {
         swap: &mut WgpuSwapSpace,
         copies: &[BlockCopy],
     ) -> Result<()> {
-        let (_, block) = Self::row_and_block(&cache.spec);
-        let total = cache.spec.num_blocks * block;
-        for ((k, v), (hk, hv)) in cache.layers.iter().zip(swap.layers.iter_mut()) {
-            // Whole-layer read-back: simple, and swapping is the rare path.
-            let dk = self.ctx.read_f32(k, total).map_err(err)?;
-            let dv = self.ctx.read_f32(v, total).map_err(err)?;
-            for &(dev, host) in copies {
-                let (d, h) = (dev as usize * block, host as usize * block);
-                hk[h..h + block].copy_from_slice(&dk[d..d + block]);
-                hv[h..h + block].copy_from_slice(&dv[d..d + block]);
-            }
-        }
-        Ok(())
+        self.read_blocks_to_host(cache, swap, copies)
     }
 
     fn swap_in(
@@ -233,101 +166,99 @@ impl Backend for WgpuBackend {
         cache: &mut WgpuKvCache,
         copies: &[BlockCopy],
     ) -> Result<()> {
-        let (_, block) = Self::row_and_block(&swap.spec);
-        for ((hk, hv), (k, v)) in swap.layers.iter().zip(&cache.layers) {
-            for &(host, dev) in copies {
-                let (h, d) = (host as usize * block, dev as usize * block);
-                let offset = d as u64 * 4;
-                self.ctx
-                    .queue
-                    .write_buffer(k, offset, bytemuck::cast_slice(&hk[h..h + block]));
-                self.ctx
-                    .queue
-                    .write_buffer(v, offset, bytemuck::cast_slice(&hv[h..h + block]));
-            }
-        }
-        Ok(())
+        self.write_blocks_from_host(swap, cache, copies)
     }
 
     fn to_host(&self, t: &WgpuTensor) -> Result<HostTensor> {
-        let data = self.ctx.read_f32(&t.buffer, t.len()).map_err(err)?;
-        Ok(HostTensor::new(t.shape.clone(), data))
+        let data = self
+            .ctx
+            .read_f32(t.buf("to_host")?, t.len())
+            .map_err(gpu_err)?;
+        Ok(HostTensor::new(t.shape().to_vec(), data))
+    }
+
+    fn argmax_to_host(&self, logits: &WgpuTensor) -> Result<Option<Vec<u32>>> {
+        let (rows, cols) = logits.rows_cols();
+        let ids = self
+            .ctx
+            .argmax(logits.buf("argmax")?, rows, cols)
+            .map_err(gpu_err)?;
+        Ok(Some(self.ctx.read_u32(&ids, rows).map_err(gpu_err)?))
     }
 
     fn embedding(&self, table: &WgpuTensor, batch: &WgpuBatch) -> Result<WgpuTensor> {
         let (vocab, hidden) = table.rows_cols();
         if let Some(t) = batch.input.token_ids.iter().find(|&&t| t as usize >= vocab) {
-            return Err(shape_err(
-                "embedding",
-                format!("token {t} >= vocab {vocab}"),
-            ));
+            return Err(op_err("embedding", format!("token {t} >= vocab {vocab}")));
         }
         let n = batch.input.num_tokens();
-        let out = self
-            .ctx
-            .embedding(&table.buffer, hidden, &batch.token_ids, n);
-        Ok(self.tensor(out, vec![n, hidden]))
+        let out = self.ctx.embedding(&table.matrix(), &batch.token_ids, n);
+        self.out(out, vec![n, hidden])
     }
 
     fn rms_norm(&self, x: &WgpuTensor, weight: &WgpuTensor, eps: f32) -> Result<WgpuTensor> {
         let (rows, cols) = x.rows_cols();
         if weight.len() != cols {
-            return Err(shape_err(
+            return Err(op_err(
                 "rms_norm",
-                format!("x {:?}, weight {:?}", x.shape, weight.shape),
+                format!("x {:?}, weight {:?}", x.shape(), weight.shape()),
             ));
         }
         let out = self
             .ctx
-            .rms_norm(&x.buffer, &weight.buffer, rows, cols, eps);
-        Ok(self.tensor(out, x.shape.clone()))
+            .rms_norm(x.buf("rms_norm")?, weight.buf("rms_norm")?, rows, cols, eps);
+        self.out(out, x.shape().to_vec())
     }
 
     fn matmul(&self, x: &WgpuTensor, w: &WgpuTensor) -> Result<WgpuTensor> {
         let (m, k) = x.rows_cols();
         let (n, wk) = w.rows_cols();
         if k != wk {
-            return Err(shape_err(
+            return Err(op_err(
                 "matmul",
-                format!("x {:?} · w {:?}ᵀ", x.shape, w.shape),
+                format!("x {:?} · w {:?}ᵀ", x.shape(), w.shape()),
             ));
         }
-        let out = self.ctx.matmul(&x.buffer, &w.buffer, m, n, k);
-        Ok(self.tensor(out, vec![m, n]))
+        let out = self.ctx.matmul(x.buf("matmul")?, &w.matrix(), m);
+        self.out(out, vec![m, n])
     }
 
     fn add_bias(&self, x: &mut WgpuTensor, bias: &WgpuTensor) -> Result<()> {
         let (_, cols) = x.rows_cols();
         if bias.len() != cols {
-            return Err(shape_err(
+            return Err(op_err(
                 "add_bias",
-                format!("x {:?}, bias {:?}", x.shape, bias.shape),
+                format!("x {:?}, bias {:?}", x.shape(), bias.shape()),
             ));
         }
-        self.ctx.add_bias(&x.buffer, &bias.buffer, x.len(), cols);
-        Ok(())
+        self.ctx
+            .add_bias(x.buf("add_bias")?, bias.buf("add_bias")?, x.len(), cols)
+            .map_err(gpu_err)
     }
 
     fn add_assign(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<()> {
-        if x.shape != y.shape {
-            return Err(shape_err(
+        if x.shape() != y.shape() {
+            return Err(op_err(
                 "add_assign",
-                format!("{:?} += {:?}", x.shape, y.shape),
+                format!("{:?} += {:?}", x.shape(), y.shape()),
             ));
         }
-        self.ctx.add_assign(&x.buffer, &y.buffer, x.len());
-        Ok(())
+        self.ctx
+            .add_assign(x.buf("add_assign")?, y.buf("add_assign")?, x.len())
+            .map_err(gpu_err)
     }
 
     fn silu_mul(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
-        if gate.shape != up.shape {
-            return Err(shape_err(
+        if gate.shape() != up.shape() {
+            return Err(op_err(
                 "silu_mul",
-                format!("{:?} vs {:?}", gate.shape, up.shape),
+                format!("{:?} vs {:?}", gate.shape(), up.shape()),
             ));
         }
-        let out = self.ctx.silu_mul(&gate.buffer, &up.buffer, gate.len());
-        Ok(self.tensor(out, gate.shape.clone()))
+        let out = self
+            .ctx
+            .silu_mul(gate.buf("silu_mul")?, up.buf("silu_mul")?, gate.len());
+        self.out(out, gate.shape().to_vec())
     }
 
     fn rope(
@@ -346,9 +277,9 @@ impl Backend for WgpuBackend {
             || !cols.is_multiple_of(head_dim)
             || cos_sin.rows_cols().1 != head_dim
         {
-            return Err(shape_err(
+            return Err(op_err(
                 "rope",
-                format!("x {:?} head_dim {head_dim} for {n} tokens", x.shape),
+                format!("x {:?} head_dim {head_dim} for {n} tokens", x.shape()),
             ));
         }
         if let Some(p) = batch
@@ -357,22 +288,23 @@ impl Backend for WgpuBackend {
             .iter()
             .find(|&&p| p as usize >= max_pos)
         {
-            return Err(shape_err(
+            return Err(op_err(
                 "rope",
                 format!("position {p} beyond the table of {max_pos}"),
             ));
         }
         let adjacent = style == RopeStyle::AdjacentPairs;
-        self.ctx.rope(
-            &x.buffer,
-            &batch.positions,
-            &cos_sin.buffer,
-            n,
-            cols / head_dim,
-            head_dim,
-            adjacent,
-        );
-        Ok(())
+        self.ctx
+            .rope(
+                x.buf("rope")?,
+                &batch.positions,
+                cos_sin.buf("rope")?,
+                n,
+                cols / head_dim,
+                head_dim,
+                adjacent,
+            )
+            .map_err(gpu_err)
     }
 
     fn write_kv(
@@ -383,18 +315,18 @@ impl Backend for WgpuBackend {
         v: &WgpuTensor,
         batch: &WgpuBatch,
     ) -> Result<()> {
-        let (row, _) = Self::row_and_block(&cache.spec);
+        let (row, _) = row_and_block(&cache.spec);
         let n = batch.input.num_tokens();
         let Some((kc, vc)) = cache.layers.get(layer) else {
-            return Err(shape_err(
+            return Err(op_err(
                 "write_kv",
                 format!("layer {layer} of {}", cache.spec.num_layers),
             ));
         };
         if k.rows_cols() != (n, row) || v.rows_cols() != (n, row) {
-            return Err(shape_err(
+            return Err(op_err(
                 "write_kv",
-                format!("k {:?}, v {:?} for rows of {row}", k.shape, v.shape),
+                format!("k {:?}, v {:?} for rows of {row}", k.shape(), v.shape()),
             ));
         }
         let slots = cache.spec.num_blocks * cache.spec.block_size;
@@ -404,11 +336,19 @@ impl Backend for WgpuBackend {
             .iter()
             .find(|&&s| s as usize >= slots)
         {
-            return Err(shape_err("write_kv", format!("slot {s} of {slots}")));
+            return Err(op_err("write_kv", format!("slot {s} of {slots}")));
         }
         self.ctx
-            .write_kv(&k.buffer, &v.buffer, &batch.slots, kc, vc, n, row);
-        Ok(())
+            .write_kv(
+                k.buf("write_kv")?,
+                v.buf("write_kv")?,
+                &batch.slots,
+                kc,
+                vc,
+                n,
+                row,
+            )
+            .map_err(gpu_err)
     }
 
     fn paged_attention(
@@ -421,15 +361,19 @@ impl Backend for WgpuBackend {
     ) -> Result<WgpuTensor> {
         let n = batch.input.num_tokens();
         let Some((kc, vc)) = cache.layers.get(layer) else {
-            return Err(shape_err("paged_attention", format!("layer {layer}")));
+            return Err(op_err("paged_attention", format!("layer {layer}")));
         };
         if q.rows_cols() != (n, p.num_heads * p.head_dim)
             || p.num_kv_heads != cache.spec.num_kv_heads
         {
-            return Err(shape_err(
+            return Err(op_err(
                 "paged_attention",
-                format!("q {:?} for {n} tokens", q.shape),
+                format!("q {:?} for {n} tokens", q.shape()),
             ));
+        }
+        let blocks = cache.spec.num_blocks as u32;
+        if let Some(b) = batch.input.block_tables.iter().find(|&&b| b >= blocks) {
+            return Err(op_err("paged_attention", format!("block {b} of {blocks}")));
         }
         let shape = AttentionShape {
             num_tokens: n,
@@ -441,29 +385,29 @@ impl Backend for WgpuBackend {
             max_context: batch.input.context_lens.iter().copied().max().unwrap_or(0) as usize,
             scale: p.scale,
         };
-        let out = self
-            .ctx
-            .paged_attention(
-                &q.buffer,
-                kc,
-                vc,
-                &batch.block_tables,
-                &batch.token_info,
-                shape,
-            )
-            .map_err(err)?;
-        Ok(self.tensor(out, vec![n, p.num_heads * p.head_dim]))
+        let out = self.ctx.paged_attention(
+            q.buf("paged_attention")?,
+            kc,
+            vc,
+            &batch.block_tables,
+            &batch.token_info,
+            shape,
+        );
+        self.out(out, vec![n, p.num_heads * p.head_dim])
     }
 
     fn gather_logit_rows(&self, x: &WgpuTensor, batch: &WgpuBatch) -> Result<WgpuTensor> {
         let (rows, cols) = x.rows_cols();
         let idx = &batch.input.logits_indices;
         if let Some(r) = idx.iter().find(|&&r| r as usize >= rows) {
-            return Err(shape_err("gather_logit_rows", format!("row {r} of {rows}")));
+            return Err(op_err("gather_logit_rows", format!("row {r} of {rows}")));
         }
-        let out = self
-            .ctx
-            .gather_rows(&x.buffer, &batch.logits_indices, idx.len(), cols);
-        Ok(self.tensor(out, vec![idx.len(), cols]))
+        let out = self.ctx.gather_rows(
+            x.buf("gather_logit_rows")?,
+            &batch.logits_indices,
+            idx.len(),
+            cols,
+        );
+        self.out(out, vec![idx.len(), cols])
     }
 }

@@ -1,129 +1,210 @@
-//! Buffers and dispatches: uploads, poisoned outputs (so an element a kernel forgets to write
-//! fails the comparison), read-back, and one-kernel dispatches with bind groups built from the
-//! pipeline's own layout.
+//! Buffers and dispatches on top of the recorder: uploads, pooled kernel outputs (NaN-poisoned
+//! when asked, so an element a kernel forgets to write fails the comparison), dispatches into
+//! the step's encoder, the submission, and read-back.
 
+use std::sync::atomic::Ordering;
+
+use bytemuck::Pod;
 use wgpu::util::DeviceExt;
 
-use crate::context::{GpuContext, GpuError, GpuResult};
-use infer_shaders::Kernel;
+use crate::context::{lock, GpuContext, GpuError, GpuResult};
+use crate::pool::{GpuBuffer, Use, STORAGE_USAGE};
+use infer_shaders::{self as shaders, Kernel};
 
 /// Invocations per workgroup of the 1-D kernels (their `WG` override default).
 pub const WG: u32 = 64;
 /// Workgroups along x before a 1-D dispatch spills into y.
 const MAX_X: u32 = 65_535;
 
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FillParams {
+    len: u32,
+    bits: u32,
+    row_stride: u32,
+    _pad: u32,
+}
+
 impl GpuContext {
-    pub fn upload_f32(&self, data: &[f32]) -> wgpu::Buffer {
+    /// A device buffer holding `data`, owned by the caller (weights, tables).
+    pub fn upload_f32(&self, data: &[f32]) -> GpuBuffer {
         self.storage(bytemuck::cast_slice(data))
     }
 
-    pub fn upload_u32(&self, data: &[u32]) -> wgpu::Buffer {
+    pub fn upload_u32(&self, data: &[u32]) -> GpuBuffer {
         self.storage(bytemuck::cast_slice(data))
     }
 
-    fn storage(&self, bytes: &[u8]) -> wgpu::Buffer {
+    pub fn upload_bytes(&self, bytes: &[u8]) -> GpuBuffer {
+        self.storage(bytes)
+    }
+
+    fn storage(&self, bytes: &[u8]) -> GpuBuffer {
         // Empty bindings are invalid: keep at least one element.
         let bytes = if bytes.is_empty() {
             &[0u8; 4][..]
         } else {
             bytes
         };
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: None,
-                contents: bytes,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_SRC
-                    | wgpu::BufferUsages::COPY_DST,
-            })
+        GpuBuffer::owned(
+            self.device
+                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: None,
+                    contents: bytes,
+                    usage: STORAGE_USAGE,
+                }),
+        )
     }
 
-    /// An output buffer of `len` f32 filled with NaN.
-    pub fn poisoned_f32(&self, len: usize) -> wgpu::Buffer {
-        self.upload_f32(&vec![f32::NAN; len.max(1)])
+    /// A zero-filled device buffer of `bytes`, owned by the caller (the KV cache).
+    pub fn zeroed(&self, bytes: u64) -> GpuBuffer {
+        GpuBuffer::owned(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("zeroed"),
+            size: bytes.max(4).div_ceil(4) * 4,
+            usage: STORAGE_USAGE,
+            mapped_at_creation: false,
+        }))
     }
 
-    pub fn uniform<T: bytemuck::Pod>(&self, value: &T) -> wgpu::Buffer {
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: None,
-                contents: bytemuck::bytes_of(value),
-                usage: wgpu::BufferUsages::UNIFORM,
-            })
+    /// Per-step data (batch metadata) in a pooled buffer, written before the step's work.
+    pub fn stage_u32(&self, data: &[u32]) -> GpuBuffer {
+        let buffer = self.pool.acquire(data.len() as u64 * 4, Use::Upload);
+        if !data.is_empty() {
+            self.queue
+                .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+        }
+        buffer
     }
 
-    /// Runs `kernel`'s `entry` once with `buffers` bound at 0, 1, ... in order.
-    pub fn dispatch(
+    /// A pooled output of `len` 32-bit elements for a kernel of the open step.
+    pub fn output(&self, len: usize) -> GpuResult<GpuBuffer> {
+        let out = self.pool.acquire(len as u64 * 4, Use::KernelOutput);
+        if self.poison_outputs.load(Ordering::Relaxed) {
+            let (grid, stride) = Self::grid_1d(len);
+            let p = FillParams {
+                len: len as u32,
+                bits: f32::NAN.to_bits(),
+                row_stride: stride,
+                _pad: 0,
+            };
+            self.dispatch(&shaders::FILL, "main", &[&out], &p, grid)?;
+        }
+        Ok(out)
+    }
+
+    /// Records `kernel`'s `entry` with `buffers` bound at 0, 1, ... and `params` (a uniform
+    /// laid out as the kernel's `Params`) after them. Empty grids record nothing.
+    pub fn dispatch<P: Pod>(
         &self,
         kernel: &Kernel,
         entry: &'static str,
-        buffers: &[&wgpu::Buffer],
-        workgroups: (u32, u32, u32),
-    ) {
-        let pipeline = self.pipeline(kernel, entry);
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
-            })
-            .collect();
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(kernel.name),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(workgroups.0, workgroups.1, workgroups.2);
+        buffers: &[&GpuBuffer],
+        params: &P,
+        grid: (u32, u32, u32),
+    ) -> GpuResult<()> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
         }
-        self.queue.submit([encoder.finish()]);
+        let max = self.limits.max_compute_workgroups_per_dimension;
+        if grid.0 > max || grid.1 > max || grid.2 > max {
+            return Err(GpuError::Op(format!(
+                "{}: grid {grid:?} exceeds {max} workgroups per dimension",
+                kernel.name
+            )));
+        }
+        let pipeline = self.pipeline(kernel, entry);
+        lock(&self.recorder).dispatch(&self.device, &pipeline, buffers, params, grid);
+        Ok(())
+    }
+
+    /// Records a buffer-to-buffer copy into the step's encoder.
+    pub fn copy(
+        &self,
+        from: &wgpu::Buffer,
+        from_offset: u64,
+        to: &wgpu::Buffer,
+        to_offset: u64,
+        bytes: u64,
+    ) {
+        if bytes > 0 {
+            lock(&self.recorder)
+                .encoder(&self.device)
+                .copy_buffer_to_buffer(from, from_offset, to, to_offset, bytes);
+        }
+    }
+
+    /// Submits everything recorded since the last submission (one command buffer), then
+    /// reports any error wgpu raised meanwhile.
+    pub fn flush(&self) -> GpuResult<()> {
+        let mut rec = lock(&self.recorder);
+        rec.pass = None;
+        let encoder = rec.encoder.take();
+        rec.params.upload_and_reset(&self.queue);
+        rec.dispatches = 0;
+        if let Some(encoder) = encoder {
+            self.queue.submit([encoder.finish()]);
+        }
+        // Still under the recorder's lock: a buffer another thread releases after recording
+        // into the next encoder must not be taken for idle.
+        self.pool.submitted();
+        drop(rec);
+        self.take_errors()
+    }
+
+    /// Waits until the device has finished all submitted work.
+    pub fn wait_idle(&self) -> GpuResult<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Op(format!("waiting for the GPU: {e}")))?;
+        Ok(())
     }
 
     /// Workgroups covering `n` invocations of a 1-D kernel, and the row stride (invocations
     /// per row of the grid) the kernel uses to rebuild its index.
     pub fn grid_1d(n: usize) -> ((u32, u32, u32), u32) {
-        let groups = (n as u32).div_ceil(WG).max(1);
-        let x = groups.min(MAX_X);
+        let groups = (n as u32).div_ceil(WG);
+        let x = groups.clamp(1, MAX_X);
         ((x, groups.div_ceil(x), 1), x * WG)
     }
 
-    /// Reads `len` f32 back, waiting for the work that writes them.
+    /// Reads `len` f32 back, submitting and waiting for the work that writes them.
     pub fn read_f32(&self, buffer: &wgpu::Buffer, len: usize) -> GpuResult<Vec<f32>> {
-        Ok(bytemuck::cast_slice(&self.read_bytes(buffer, len * 4)?).to_vec())
+        Ok(bytemuck::cast_slice(&self.read_bytes(&[(buffer, 0, len as u64 * 4)])?).to_vec())
     }
 
     pub fn read_u32(&self, buffer: &wgpu::Buffer, len: usize) -> GpuResult<Vec<u32>> {
-        Ok(bytemuck::cast_slice(&self.read_bytes(buffer, len * 4)?).to_vec())
+        Ok(bytemuck::cast_slice(&self.read_bytes(&[(buffer, 0, len as u64 * 4)])?).to_vec())
     }
 
-    fn read_bytes(&self, buffer: &wgpu::Buffer, bytes: usize) -> GpuResult<Vec<u8>> {
-        let size = (bytes as u64).div_ceil(4) * 4;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size: size.max(4),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut encoder = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
-        self.queue.submit([encoder.finish()]);
-        let slice = staging.slice(..);
+    /// Reads byte ranges `(buffer, offset, bytes)` (multiples of 4) back, concatenated, with
+    /// one submission and one mapping.
+    pub fn read_bytes(&self, ranges: &[(&wgpu::Buffer, u64, u64)]) -> GpuResult<Vec<u8>> {
+        let total: u64 = ranges.iter().map(|r| r.2).sum();
+        let mut staging_slot = lock(&self.staging);
+        if staging_slot.as_ref().is_none_or(|s| s.size() < total) {
+            *staging_slot = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read-back"),
+                size: total.max(256).next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = staging_slot.as_ref().expect("created above");
+        let mut at = 0;
+        for &(buffer, offset, bytes) in ranges {
+            self.copy(buffer, offset, staging, at, bytes);
+            at += bytes;
+        }
+        self.flush()?;
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        let slice = staging.slice(..total);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Op(format!("waiting for the GPU: {e}")))?;
+        self.wait_idle()?;
         rx.recv()
             .map_err(|e| GpuError::Op(format!("read-back never completed: {e}")))?
             .map_err(|e| GpuError::Op(format!("mapping the read-back buffer: {e}")))?;
@@ -131,9 +212,10 @@ impl GpuContext {
             let view = slice
                 .get_mapped_range()
                 .map_err(|e| GpuError::Op(format!("reading the mapped buffer: {e}")))?;
-            view[..bytes].to_vec()
+            view.to_vec()
         };
         staging.unmap();
+        self.take_errors()?;
         Ok(data)
     }
 }

@@ -3,9 +3,13 @@
 //! pipelines built from `infer-shaders` kernels.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use infer_shaders::Kernel;
+
+use crate::pool::BufferPool;
+use crate::recorder::Recorder;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -28,7 +32,17 @@ pub struct GpuContext {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
-    pipelines: Mutex<HashMap<(&'static str, &'static str), Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
+    pub(crate) pool: BufferPool,
+    pub(crate) recorder: Mutex<Recorder>,
+    /// Read-back staging buffer, grown on demand.
+    pub(crate) staging: Mutex<Option<wgpu::Buffer>>,
+    /// Validation and out-of-memory errors wgpu reported since the last check (instead of
+    /// its default handler, which panics).
+    errors: Arc<Mutex<Vec<String>>>,
+    /// Fill every kernel output with NaN first, so an element a kernel forgets to write
+    /// fails a comparison (tests).
+    pub(crate) poison_outputs: AtomicBool,
 }
 
 fn describe(info: &wgpu::AdapterInfo) -> String {
@@ -73,7 +87,8 @@ impl GpuContext {
         };
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let features = adapter.features() & wgpu::Features::SHADER_F16;
+        let features =
+            adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("infer"),
@@ -87,14 +102,45 @@ impl GpuContext {
                 message: e.to_string(),
             })?;
         tracing::info!(adapter = %describe(&info), "wgpu adapter");
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            lock(&sink).push(e.to_string());
+        }));
         Ok(GpuContext {
+            pool: BufferPool::new(device.clone()),
             device,
             queue,
             info,
             limits,
             features,
             pipelines: Mutex::new(HashMap::new()),
+            recorder: Mutex::default(),
+            staging: Mutex::new(None),
+            errors,
+            poison_outputs: AtomicBool::new(false),
         })
+    }
+
+    /// The errors wgpu reported since the last call, as one error.
+    pub fn take_errors(&self) -> GpuResult<()> {
+        let errors = std::mem::take(&mut *lock(&self.errors));
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(GpuError::Op(format!("wgpu: {}", errors.join("; "))))
+        }
+    }
+
+    /// Makes every kernel output start as NaN (tests: an unwritten element then fails).
+    pub fn set_poison_outputs(&self, on: bool) {
+        self.poison_outputs
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes the activation pool holds on the device.
+    pub fn pooled_bytes(&self) -> u64 {
+        self.pool.created_bytes()
     }
 
     pub fn adapter_name(&self) -> String {
@@ -102,8 +148,8 @@ impl GpuContext {
     }
 
     /// The pipeline of `kernel`'s `entry`, compiled once (bind group layout from the shader).
-    pub fn pipeline(&self, kernel: &Kernel, entry: &'static str) -> Arc<wgpu::ComputePipeline> {
-        let mut cache = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn pipeline(&self, kernel: &Kernel, entry: &'static str) -> wgpu::ComputePipeline {
+        let mut cache = lock(&self.pipelines);
         cache
             .entry((kernel.name, entry))
             .or_insert_with(|| {
@@ -113,18 +159,21 @@ impl GpuContext {
                         label: Some(kernel.name),
                         source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
                     });
-                Arc::new(
-                    self.device
-                        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                            label: Some(kernel.name),
-                            layout: None,
-                            module: &module,
-                            entry_point: Some(entry),
-                            compilation_options: Default::default(),
-                            cache: None,
-                        }),
-                )
+                self.device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(kernel.name),
+                        layout: None,
+                        module: &module,
+                        entry_point: Some(entry),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    })
             })
             .clone()
     }
+}
+
+/// Locks ignoring poisoning: every guarded value stays consistent across a panic.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

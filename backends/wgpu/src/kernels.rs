@@ -1,29 +1,21 @@
-//! One function per kernel: checks sizes, fills the kernel's parameter block (laid out as its
-//! WGSL `Params` struct) and dispatches it. Outputs are fresh buffers (poisoned with NaN, so an
-//! element a kernel misses shows up) or updated in place.
+//! One function per kernel: fills the kernel's parameter block (laid out as its WGSL `Params`
+//! struct) and records it into the step. Outputs come from the buffer pool; ops marked
+//! in place update their first argument.
 
 use bytemuck::{Pod, Zeroable};
 use infer_shaders as shaders;
 
 use crate::context::{GpuContext, GpuError, GpuResult};
+use crate::pool::GpuBuffer;
+
+/// Four u32 (or f32 bit patterns): the parameter block of most kernels.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct Params4([u32; 4]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct Params4 {
-    a: u32,
-    b: u32,
-    c: u32,
-    d: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct NormParams {
-    cols: u32,
-    rows: u32,
-    eps: f32,
-    _pad: u32,
-}
+struct Params8([u32; 8]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -38,6 +30,43 @@ struct AttentionParams {
     scale: f32,
 }
 
+/// How a weight matrix is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightStorage {
+    F32,
+    /// f16 pairs packed in u32 (rows need `cols % 4 == 0`).
+    F16,
+}
+
+impl WeightStorage {
+    pub fn bytes_per_element(self) -> usize {
+        match self {
+            WeightStorage::F32 => 4,
+            WeightStorage::F16 => 2,
+        }
+    }
+}
+
+/// A `[rows, cols]` weight matrix split by rows into parts that each fit one storage binding.
+pub struct MatrixRef<'a> {
+    pub parts: &'a [GpuBuffer],
+    /// Rows per part (the last part may hold fewer).
+    pub part_rows: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub storage: WeightStorage,
+}
+
+impl MatrixRef<'_> {
+    /// `(buffer, first row, rows)` per part.
+    fn parts(&self) -> impl Iterator<Item = (&GpuBuffer, usize, usize)> {
+        self.parts.iter().enumerate().map(|(i, b)| {
+            let first = i * self.part_rows;
+            (b, first, self.part_rows.min(self.rows - first))
+        })
+    }
+}
+
 fn check(what: &str, ok: bool, detail: impl FnOnce() -> String) -> GpuResult<()> {
     if ok {
         Ok(())
@@ -46,177 +75,198 @@ fn check(what: &str, ok: bool, detail: impl FnOnce() -> String) -> GpuResult<()>
     }
 }
 
-/// Rows of a grid over `rows` workgroups (65,535 per dimension).
-fn rows_grid(rows: usize) -> (u32, u32, u32) {
-    let rows = rows as u32;
-    (rows.min(65_535), rows.div_ceil(65_535).max(1), 1)
+/// A grid of `groups` workgroups, spilling past 65,535 along x into y.
+fn groups_grid(groups: usize) -> (u32, u32, u32) {
+    let groups = groups as u32;
+    (groups.min(65_535), groups.div_ceil(65_535), 1)
+}
+
+fn u(v: usize) -> u32 {
+    v as u32
 }
 
 impl GpuContext {
     /// `out[t] = table[ids[t]]`, `[num_tokens, hidden]`.
     pub fn embedding(
         &self,
-        table: &wgpu::Buffer,
-        hidden: usize,
-        ids: &wgpu::Buffer,
+        table: &MatrixRef,
+        ids: &GpuBuffer,
         num_tokens: usize,
-    ) -> wgpu::Buffer {
-        let out = self.poisoned_f32(num_tokens * hidden);
-        let (grid, stride) = Self::grid_1d(num_tokens * hidden);
-        let p = self.uniform(&Params4 {
-            a: hidden as u32,
-            b: num_tokens as u32,
-            c: stride,
-            d: 0,
-        });
-        self.dispatch(&shaders::EMBEDDING, "main", &[table, ids, &out, &p], grid);
-        out
+    ) -> GpuResult<GpuBuffer> {
+        let hidden = table.cols;
+        let out = self.output(num_tokens * hidden)?;
+        if !hidden.is_multiple_of(4) {
+            check(
+                "embedding",
+                table.parts.len() == 1 && table.storage == WeightStorage::F32,
+                || format!("split or f16 table with hidden {hidden}"),
+            )?;
+            let (grid, stride) = Self::grid_1d(num_tokens * hidden);
+            let p = Params4([u(hidden), u(num_tokens), stride, 0]);
+            self.dispatch(
+                &shaders::EMBEDDING,
+                "main",
+                &[&table.parts[0], ids, &out],
+                &p,
+                grid,
+            )?;
+            return Ok(out);
+        }
+        let kernel = match table.storage {
+            WeightStorage::F32 => &shaders::EMBEDDING_ROWS_F32,
+            WeightStorage::F16 => &shaders::EMBEDDING_ROWS_F16,
+        };
+        let (grid, stride) = Self::grid_1d(num_tokens * hidden / 4);
+        for (part, first, rows) in table.parts() {
+            let p = Params8([
+                u(hidden / 4),
+                u(num_tokens),
+                stride,
+                u(first),
+                u(first + rows),
+                0,
+                0,
+                0,
+            ]);
+            self.dispatch(kernel, "main", &[ids, part, &out], &p, grid)?;
+        }
+        Ok(out)
     }
 
     pub fn rms_norm(
         &self,
-        x: &wgpu::Buffer,
-        weight: &wgpu::Buffer,
+        x: &GpuBuffer,
+        weight: &GpuBuffer,
         rows: usize,
         cols: usize,
         eps: f32,
-    ) -> wgpu::Buffer {
-        let out = self.poisoned_f32(rows * cols);
-        let p = self.uniform(&NormParams {
-            cols: cols as u32,
-            rows: rows as u32,
-            eps,
-            _pad: 0,
-        });
-        self.dispatch(
-            &shaders::RMS_NORM,
-            "main",
-            &[x, weight, &out, &p],
-            rows_grid(rows),
-        );
-        out
+    ) -> GpuResult<GpuBuffer> {
+        let out = self.output(rows * cols)?;
+        let p = Params4([u(cols), u(rows), eps.to_bits(), 0]);
+        let grid = groups_grid(rows);
+        self.dispatch(&shaders::RMS_NORM, "main", &[x, weight, &out], &p, grid)?;
+        Ok(out)
     }
 
-    /// `x [m, k] · w [n, k]ᵀ`.
-    pub fn matmul(
+    /// `x [m, k] · w [n, k]ᵀ`: the small-batch kernel for decode, the tiled one for prefill,
+    /// the scalar one where `k % 4 != 0`; one dispatch per part of a split weight.
+    pub fn matmul(&self, x: &GpuBuffer, w: &MatrixRef, m: usize) -> GpuResult<GpuBuffer> {
+        let (n, k) = (w.rows, w.cols);
+        let out = self.output(m * n)?;
+        let f16 = w.storage == WeightStorage::F16;
+        let (kernel, cols_per_group, rows_per_group) = if !k.is_multiple_of(4) {
+            check("matmul", !f16, || format!("f16 weights with k = {k}"))?;
+            (&shaders::MATMUL, 16, 16)
+        } else if m <= shaders::MATMUL_SMALL_MAX_M {
+            let kernel = if f16 {
+                &shaders::MATMUL_SMALL_F16
+            } else {
+                &shaders::MATMUL_SMALL_F32
+            };
+            (kernel, 8, m.max(1))
+        } else if f16 {
+            (&shaders::MATMUL_TILED_F16, 64, 64)
+        } else {
+            (&shaders::MATMUL_TILED_F32, 64, 64)
+        };
+        for (part, first, rows) in w.parts() {
+            let p = Params8([u(m), u(rows), u(k), u(first), u(n), 0, 0, 0]);
+            let col_groups = rows.div_ceil(cols_per_group);
+            let grid = if kernel.name.starts_with("matmul_small") {
+                groups_grid(col_groups)
+            } else {
+                (u(col_groups), u(m.div_ceil(rows_per_group)), 1)
+            };
+            self.dispatch(kernel, "main", &[x, part, &out], &p, grid)?;
+        }
+        Ok(out)
+    }
+
+    /// `x += y` (in place).
+    pub fn add_assign(&self, x: &GpuBuffer, y: &GpuBuffer, len: usize) -> GpuResult<()> {
+        let (grid, stride) = Self::grid_1d(len);
+        let p = Params4([u(len), stride, 0, 0]);
+        self.dispatch(&shaders::ADD_ASSIGN, "main", &[x, y], &p, grid)
+    }
+
+    /// `x[r] += bias` for every row of `cols` (in place).
+    pub fn add_bias(
         &self,
-        x: &wgpu::Buffer,
-        w: &wgpu::Buffer,
-        m: usize,
-        n: usize,
-        k: usize,
-    ) -> wgpu::Buffer {
-        let out = self.poisoned_f32(m * n);
-        let p = self.uniform(&Params4 {
-            a: m as u32,
-            b: n as u32,
-            c: k as u32,
-            d: 0,
-        });
-        let grid = ((n as u32).div_ceil(16), (m as u32).div_ceil(16), 1);
-        self.dispatch(&shaders::MATMUL, "main", &[x, w, &out, &p], grid);
-        out
-    }
-
-    /// `x += y`.
-    pub fn add_assign(&self, x: &wgpu::Buffer, y: &wgpu::Buffer, len: usize) {
+        x: &GpuBuffer,
+        bias: &GpuBuffer,
+        len: usize,
+        cols: usize,
+    ) -> GpuResult<()> {
         let (grid, stride) = Self::grid_1d(len);
-        let p = self.uniform(&Params4 {
-            a: len as u32,
-            b: stride,
-            c: 0,
-            d: 0,
-        });
-        self.dispatch(&shaders::ADD_ASSIGN, "main", &[x, y, &p], grid);
-    }
-
-    /// `x[r] += bias` for every row of `cols`.
-    pub fn add_bias(&self, x: &wgpu::Buffer, bias: &wgpu::Buffer, len: usize, cols: usize) {
-        let (grid, stride) = Self::grid_1d(len);
-        let p = self.uniform(&Params4 {
-            a: len as u32,
-            b: cols.max(1) as u32,
-            c: stride,
-            d: 0,
-        });
-        self.dispatch(&shaders::ADD_BIAS, "main", &[x, bias, &p], grid);
+        let p = Params4([u(len), u(cols.max(1)), stride, 0]);
+        self.dispatch(&shaders::ADD_BIAS, "main", &[x, bias], &p, grid)
     }
 
     /// `silu(gate) * up`.
-    pub fn silu_mul(&self, gate: &wgpu::Buffer, up: &wgpu::Buffer, len: usize) -> wgpu::Buffer {
-        let out = self.poisoned_f32(len);
+    pub fn silu_mul(&self, gate: &GpuBuffer, up: &GpuBuffer, len: usize) -> GpuResult<GpuBuffer> {
+        let out = self.output(len)?;
         let (grid, stride) = Self::grid_1d(len);
-        let p = self.uniform(&Params4 {
-            a: len as u32,
-            b: stride,
-            c: 0,
-            d: 0,
-        });
-        self.dispatch(&shaders::SILU_MUL, "main", &[gate, up, &out, &p], grid);
-        out
+        let p = Params4([u(len), stride, 0, 0]);
+        self.dispatch(&shaders::SILU_MUL, "main", &[gate, up, &out], &p, grid)?;
+        Ok(out)
     }
 
     /// Rotates `x [num_tokens, heads * head_dim]` in place at `positions`.
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &self,
-        x: &wgpu::Buffer,
-        positions: &wgpu::Buffer,
-        cos_sin: &wgpu::Buffer,
+        x: &GpuBuffer,
+        positions: &GpuBuffer,
+        cos_sin: &GpuBuffer,
         num_tokens: usize,
         heads: usize,
         head_dim: usize,
         adjacent_pairs: bool,
-    ) {
+    ) -> GpuResult<()> {
         let (grid, _) = Self::grid_1d(num_tokens * heads * head_dim / 2);
-        let p = self.uniform(&Params4 {
-            a: num_tokens as u32,
-            b: heads as u32,
-            c: head_dim as u32,
-            d: u32::from(adjacent_pairs),
-        });
-        self.dispatch(&shaders::ROPE, "main", &[x, positions, cos_sin, &p], grid);
+        let p = Params4([
+            u(num_tokens),
+            u(heads),
+            u(head_dim),
+            u32::from(adjacent_pairs),
+        ]);
+        self.dispatch(&shaders::ROPE, "main", &[x, positions, cos_sin], &p, grid)
     }
 
     /// Stores `k`, `v` rows of `row` floats at `slots` of one layer's cache.
     #[allow(clippy::too_many_arguments)]
     pub fn write_kv(
         &self,
-        k: &wgpu::Buffer,
-        v: &wgpu::Buffer,
-        slots: &wgpu::Buffer,
-        k_cache: &wgpu::Buffer,
-        v_cache: &wgpu::Buffer,
+        k: &GpuBuffer,
+        v: &GpuBuffer,
+        slots: &GpuBuffer,
+        k_cache: &GpuBuffer,
+        v_cache: &GpuBuffer,
         num_tokens: usize,
         row: usize,
-    ) {
+    ) -> GpuResult<()> {
         let (grid, stride) = Self::grid_1d(num_tokens * row);
-        let p = self.uniform(&Params4 {
-            a: num_tokens as u32,
-            b: row as u32,
-            c: stride,
-            d: 0,
-        });
+        let p = Params4([u(num_tokens), u(row), stride, 0]);
         self.dispatch(
             &shaders::WRITE_KV,
             "main",
-            &[k, v, slots, k_cache, v_cache, &p],
+            &[k, v, slots, k_cache, v_cache],
+            &p,
             grid,
-        );
+        )
     }
 
     /// Causal attention over the paged cache; `tokens` holds (position, sequence) per token.
-    #[allow(clippy::too_many_arguments)]
+    /// Pass 1 attends per partition of keys, pass 2 merges the partitions.
     pub fn paged_attention(
         &self,
-        q: &wgpu::Buffer,
-        k_cache: &wgpu::Buffer,
-        v_cache: &wgpu::Buffer,
-        block_tables: &wgpu::Buffer,
-        tokens: &wgpu::Buffer,
-        shape: AttentionShape,
-    ) -> GpuResult<wgpu::Buffer> {
-        let s = shape;
+        q: &GpuBuffer,
+        k_cache: &GpuBuffer,
+        v_cache: &GpuBuffer,
+        block_tables: &GpuBuffer,
+        tokens: &GpuBuffer,
+        s: AttentionShape,
+    ) -> GpuResult<GpuBuffer> {
         check(
             "paged_attention",
             s.head_dim <= shaders::MAX_HEAD_DIM
@@ -231,87 +281,72 @@ impl GpuContext {
         )?;
         let num_parts = s.max_context.div_ceil(shaders::ATTENTION_PARTITION).max(1);
         let rows = s.num_tokens * s.heads * num_parts;
-        let part_out = self.poisoned_f32(rows * s.head_dim);
-        let part_ml = self.poisoned_f32(rows * 2);
-        let p = self.uniform(&AttentionParams {
-            num_tokens: s.num_tokens as u32,
-            heads: s.heads as u32,
-            kv_heads: s.kv_heads as u32,
-            head_dim: s.head_dim as u32,
-            block_size: s.block_size as u32,
-            max_blocks: s.max_blocks as u32,
-            num_parts: num_parts as u32,
+        let part_out = self.output(rows * s.head_dim)?;
+        let part_ml = self.output(rows * 2)?;
+        let p = AttentionParams {
+            num_tokens: u(s.num_tokens),
+            heads: u(s.heads),
+            kv_heads: u(s.kv_heads),
+            head_dim: u(s.head_dim),
+            block_size: u(s.block_size),
+            max_blocks: u(s.max_blocks),
+            num_parts: u(num_parts),
             scale: s.scale,
-        });
-        let grid = (s.heads as u32, s.num_tokens as u32, num_parts as u32);
-        self.dispatch(
-            &shaders::PAGED_ATTENTION,
-            "main",
-            &[
-                q,
-                k_cache,
-                v_cache,
-                block_tables,
-                tokens,
-                &part_out,
-                &part_ml,
-                &p,
-            ],
-            grid,
-        );
-        let out = self.poisoned_f32(s.num_tokens * s.heads * s.head_dim);
-        let p = self.uniform(&Params4 {
-            a: s.num_tokens as u32,
-            b: s.heads as u32,
-            c: s.head_dim as u32,
-            d: num_parts as u32,
-        });
-        let grid = (s.heads as u32, s.num_tokens as u32, 1);
-        self.dispatch(
-            &shaders::ATTENTION_REDUCE,
-            "main",
-            &[&part_out, &part_ml, &out, &p],
-            grid,
-        );
+        };
+        let grid = (u(s.heads), u(s.num_tokens), u(num_parts));
+        let bound = [
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            tokens,
+            &part_out,
+            &part_ml,
+        ];
+        self.dispatch(&shaders::PAGED_ATTENTION, "main", &bound, &p, grid)?;
+        let out = self.output(s.num_tokens * s.heads * s.head_dim)?;
+        let p = Params4([u(s.num_tokens), u(s.heads), u(s.head_dim), u(num_parts)]);
+        let grid = (u(s.heads), u(s.num_tokens), 1);
+        let bound = [&part_out, &part_ml, &out];
+        self.dispatch(&shaders::ATTENTION_REDUCE, "main", &bound, &p, grid)?;
         Ok(out)
     }
 
     /// `out[i] = x[indices[i]]`, rows of `cols`.
     pub fn gather_rows(
         &self,
-        x: &wgpu::Buffer,
-        indices: &wgpu::Buffer,
+        x: &GpuBuffer,
+        indices: &GpuBuffer,
         num_rows: usize,
         cols: usize,
-    ) -> wgpu::Buffer {
-        let out = self.poisoned_f32(num_rows * cols);
+    ) -> GpuResult<GpuBuffer> {
+        let out = self.output(num_rows * cols)?;
         let (grid, stride) = Self::grid_1d(num_rows * cols);
-        let p = self.uniform(&Params4 {
-            a: cols as u32,
-            b: num_rows as u32,
-            c: stride,
-            d: 0,
-        });
-        self.dispatch(&shaders::GATHER_ROWS, "main", &[x, indices, &out, &p], grid);
-        out
+        let p = Params4([u(cols), u(num_rows), stride, 0]);
+        self.dispatch(&shaders::GATHER_ROWS, "main", &[x, indices, &out], &p, grid)?;
+        Ok(out)
+    }
+
+    /// `cache[to] = cache[from]` for whole blocks of `block_floats`, `pairs` holding
+    /// `(from, to)` per copy.
+    pub fn copy_blocks(
+        &self,
+        cache: &GpuBuffer,
+        pairs: &GpuBuffer,
+        num_pairs: usize,
+        block_floats: usize,
+    ) -> GpuResult<()> {
+        let (grid, stride) = Self::grid_1d(num_pairs * block_floats);
+        let p = Params4([u(block_floats), u(num_pairs), stride, 0]);
+        self.dispatch(&shaders::COPY_BLOCKS, "main", &[pairs, cache], &p, grid)
     }
 
     /// Index of each row's largest value (lowest on ties).
-    pub fn argmax(&self, x: &wgpu::Buffer, rows: usize, cols: usize) -> wgpu::Buffer {
-        let out = self.upload_u32(&vec![u32::MAX; rows.max(1)]);
-        let p = self.uniform(&Params4 {
-            a: cols as u32,
-            b: rows as u32,
-            c: 0,
-            d: 0,
-        });
-        self.dispatch(
-            &shaders::ARGMAX,
-            "main",
-            &[x, &out, &p],
-            (rows as u32, 1, 1),
-        );
-        out
+    pub fn argmax(&self, x: &GpuBuffer, rows: usize, cols: usize) -> GpuResult<GpuBuffer> {
+        let out = self.output(rows)?;
+        let p = Params4([u(cols), u(rows), 0, 0]);
+        self.dispatch(&shaders::ARGMAX, "main", &[x, &out], &p, groups_grid(rows))?;
+        Ok(out)
     }
 }
 

@@ -1,13 +1,21 @@
 //! wgpu backend: the WGSL kernels of `shaders/` run through wgpu on Vulkan, Metal, DX12 and
-//! WebGPU. `GpuContext` owns the adapter, device, queue and pipelines; `WgpuBackend` implements
-//! the core's `Backend` trait with one kernel dispatch per op.
+//! WebGPU. `GpuContext` owns the adapter, device, queue, pipelines, the buffer pool and the
+//! step recorder; `WgpuBackend` implements the core's `Backend` trait on it.
 
 mod backend;
+pub mod bench;
 mod buffers;
+mod cache;
 mod context;
 mod kernels;
+mod pool;
+mod recorder;
+mod tensor;
 
-pub use backend::{WgpuBackend, WgpuBatch, WgpuKvCache, WgpuSwapSpace, WgpuTensor};
+pub use backend::{WgpuBackend, WgpuBatch};
 pub use buffers::WG;
+pub use cache::{WgpuKvCache, WgpuSwapSpace};
 pub use context::{GpuContext, GpuError, GpuResult};
-pub use kernels::AttentionShape;
+pub use kernels::{AttentionShape, MatrixRef, WeightStorage};
+pub use pool::GpuBuffer;
+pub use tensor::WgpuTensor;

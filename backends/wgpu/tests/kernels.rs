@@ -1,400 +1,228 @@
-//! Every kernel against the CPU backend (the reference) on fresh random inputs, run on a real
-//! wgpu adapter: Vulkan (Mesa lavapipe in CI). No adapter is a failure, not a skip.
+//! Every non-attention kernel through the `Backend` trait against the CPU backend (the
+//! reference) on fresh random inputs, on a real wgpu adapter (Mesa lavapipe in CI), with every
+//! output poisoned first. Shapes are drawn by proptest; weights also as packed f16 (compared
+//! with the CPU on the same f16-rounded weights) and split across storage bindings.
 
-use std::sync::OnceLock;
+mod common;
 
-use infer_core::{
-    AttentionParams, Backend, BatchInput, HostTensor, KvCacheSpec, RopeStyle, SequenceChunk,
-};
-use infer_cpu::CpuBackend;
-use infer_wgpu::{AttentionShape, GpuContext};
+use common::*;
+use half::f16;
+use infer_core::{Backend, HostTensor};
+use infer_wgpu::WeightStorage;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
-fn gpu() -> &'static GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
-        // Pinned to Vulkan: without a driver wgpu would fall back to GL and crawl.
-        let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::VULKAN);
-        pollster::block_on(GpuContext::open(
-            backends,
-            std::env::var("WGPU_ADAPTER_NAME").ok(),
-        ))
-        .unwrap_or_else(|e| panic!("the wgpu tests need an adapter: {e}"))
-    })
+/// What the device holds for `storage`: f16 weights are rounded once, at upload.
+fn stored(w: &[f32], storage: WeightStorage) -> Vec<f32> {
+    match storage {
+        WeightStorage::F32 => w.to_vec(),
+        WeightStorage::F16 => w.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+    }
 }
 
-fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
-}
-
-fn cpu_f32(t: &<CpuBackend as Backend>::Tensor) -> Vec<f32> {
-    CpuBackend::new().to_host(t).unwrap().data
-}
-
-/// max |a - b| relative to max |b|.
-fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let scale = want.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
-    let worst = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_nan() {
-                f32::INFINITY
-            } else {
-                (g - w).abs()
-            }
-        })
-        .fold(0f32, f32::max);
-    assert!(
-        worst / scale <= tol,
-        "{what}: max error {worst} (scale {scale})"
-    );
+fn check_matmul(
+    m: usize,
+    n: usize,
+    k: usize,
+    storage: WeightStorage,
+    split_rows: Option<usize>,
+    seed: u64,
+) {
+    // The backend keeps rows with k % 4 != 0 in f32 (the vec4 kernels need k % 4 == 0).
+    let storage = if k.is_multiple_of(4) {
+        storage
+    } else {
+        WeightStorage::F32
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let x = random(&mut rng, m * k);
+    let w = random(&mut rng, n * k);
+    let mut g = gpu(storage);
+    if let Some(rows) = split_rows {
+        g = g.with_max_binding((rows * k * storage.bytes_per_element()) as u64);
+    }
+    let gw = g
+        .upload_matrix(&HostTensor::new(vec![n, k], w.clone()))
+        .unwrap();
+    if let Some(rows) = split_rows {
+        assert_eq!(gw.num_parts(), n.div_ceil(rows), "parts of a split weight");
+    }
+    // Activations are not split: upload x through a backend with the adapter's limit.
+    let gx = up(&gpu(WeightStorage::F32), &[m, k], &x);
+    let got = g.matmul(&gx, &gw).unwrap();
+    let c = cpu();
+    let want = c
+        .matmul(
+            &up(&c, &[m, k], &x),
+            &up(&c, &[n, k], &stored(&w, gw.storage())),
+        )
+        .unwrap();
+    let what = format!("matmul {m}x{n}x{k} {:?} split {split_rows:?}", gw.storage());
+    assert_close(&what, &host(&g, &got), &host(&c, &want), 1e-5);
 }
 
 #[test]
-fn norm_matmul_elementwise_embedding_gather_argmax_match_the_cpu() {
-    let g = gpu();
-    let cpu = CpuBackend::new();
-    let mut rng = StdRng::seed_from_u64(1);
-    for &(m, n, k) in &[(1, 7, 5), (3, 33, 17), (17, 64, 96), (40, 20, 130)] {
-        let x = random(&mut rng, m * k);
-        let w = random(&mut rng, n * k);
-        let want = cpu
-            .matmul(
-                &cpu.upload(&HostTensor::new(vec![m, k], x.clone())).unwrap(),
-                &cpu.upload(&HostTensor::new(vec![n, k], w.clone())).unwrap(),
-            )
-            .unwrap();
-        let got = g.matmul(&g.upload_f32(&x), &g.upload_f32(&w), m, n, k);
-        assert_close(
-            "matmul",
-            &g.read_f32(&got, m * n).unwrap(),
-            &cpu_f32(&want),
-            1e-5,
-        );
+fn matmul_paths_match_the_cpu() {
+    // Decode (small-batch kernel), its limit, prefill (tiled), k not a multiple of 4 (scalar),
+    // f16 weights, weights split across bindings.
+    for (i, &(m, n, k)) in [
+        (1, 7, 8),
+        (8, 33, 64),
+        (9, 65, 96),
+        (70, 130, 36),
+        (3, 20, 13),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for storage in [WeightStorage::F32, WeightStorage::F16] {
+            check_matmul(m, n, k, storage, None, i as u64);
+            check_matmul(m, n, k, storage, Some(6), 100 + i as u64);
+        }
+    }
+}
 
-        let weight = random(&mut rng, k);
-        let want = cpu
-            .rms_norm(
-                &cpu.upload(&HostTensor::new(vec![m, k], x.clone())).unwrap(),
-                &cpu.upload(&HostTensor::new(vec![k], weight.clone()))
-                    .unwrap(),
-                1e-5,
-            )
+#[test]
+fn rms_norm_and_elementwise_kernels_match_the_cpu() {
+    let (g, c) = (gpu(WeightStorage::F32), cpu());
+    let mut rng = StdRng::seed_from_u64(1);
+    for &(rows, cols) in &[(1, 5), (3, 300), (17, 576), (2, 1030)] {
+        let shape = [rows, cols];
+        let (a, b) = (random(&mut rng, rows * cols), random(&mut rng, rows * cols));
+        let weight = random(&mut rng, cols);
+        let want = c
+            .rms_norm(&up(&c, &shape, &a), &up(&c, &[cols], &weight), 1e-5)
             .unwrap();
-        let got = g.rms_norm(&g.upload_f32(&x), &g.upload_f32(&weight), m, k, 1e-5);
+        let got = g
+            .rms_norm(&up(&g, &shape, &a), &up(&g, &[cols], &weight), 1e-5)
+            .unwrap();
+        assert_close("rms_norm", &host(&g, &got), &host(&c, &want), 1e-5);
+
+        let want = c
+            .silu_mul(&up(&c, &shape, &a), &up(&c, &shape, &b))
+            .unwrap();
+        let got = g
+            .silu_mul(&up(&g, &shape, &a), &up(&g, &shape, &b))
+            .unwrap();
+        assert_close("silu_mul", &host(&g, &got), &host(&c, &want), 1e-5);
+
+        let mut want = up(&c, &shape, &a);
+        c.add_assign(&mut want, &up(&c, &shape, &b)).unwrap();
+        c.add_bias(&mut want, &up(&c, &[cols], &weight)).unwrap();
+        let mut got = up(&g, &shape, &a);
+        g.add_assign(&mut got, &up(&g, &shape, &b)).unwrap();
+        g.add_bias(&mut got, &up(&g, &[cols], &weight)).unwrap();
         assert_close(
-            "rms_norm",
-            &g.read_f32(&got, m * k).unwrap(),
-            &cpu_f32(&want),
-            1e-5,
+            "add_assign + add_bias",
+            &host(&g, &got),
+            &host(&c, &want),
+            1e-6,
         );
     }
+}
 
-    let (rows, cols) = (5, 300);
-    let a = random(&mut rng, rows * cols);
-    let b = random(&mut rng, rows * cols);
-    let bias = random(&mut rng, cols);
-    let x = g.upload_f32(&a);
-    g.add_assign(&x, &g.upload_f32(&b), rows * cols);
-    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-    assert_close(
-        "add_assign",
-        &g.read_f32(&x, rows * cols).unwrap(),
-        &want,
-        1e-6,
-    );
-    let x = g.upload_f32(&a);
-    g.add_bias(&x, &g.upload_f32(&bias), rows * cols, cols);
-    let want: Vec<f32> = a
-        .iter()
-        .enumerate()
-        .map(|(i, x)| x + bias[i % cols])
-        .collect();
-    assert_close(
-        "add_bias",
-        &g.read_f32(&x, rows * cols).unwrap(),
-        &want,
-        1e-6,
-    );
-    let out = g.silu_mul(&g.upload_f32(&a), &g.upload_f32(&b), rows * cols);
-    let shape = vec![rows, cols];
-    let want = cpu
-        .silu_mul(
-            &cpu.upload(&HostTensor::new(shape.clone(), a.clone()))
-                .unwrap(),
-            &cpu.upload(&HostTensor::new(shape, b.clone())).unwrap(),
-        )
-        .unwrap();
-    assert_close(
-        "silu_mul",
-        &g.read_f32(&out, rows * cols).unwrap(),
-        &cpu_f32(&want),
-        1e-5,
-    );
-
-    let (vocab, hidden) = (50, 24);
+fn check_embedding_and_gather(
+    vocab: usize,
+    hidden: usize,
+    seqs: &[(usize, usize)],
+    storage: WeightStorage,
+    split_rows: Option<usize>,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (b, _) = batch(&mut rng, seqs, 4, vocab as u32);
     let table = random(&mut rng, vocab * hidden);
-    let ids: Vec<u32> = (0..9).map(|_| rng.random_range(0..vocab as u32)).collect();
-    let got = g.embedding(
-        &g.upload_f32(&table),
-        hidden,
-        &g.upload_u32(&ids),
-        ids.len(),
+    let mut g = gpu(storage);
+    if let Some(rows) = split_rows {
+        g = g.with_max_binding((rows * hidden * storage.bytes_per_element()) as u64);
+    }
+    let gt = g
+        .upload_matrix(&HostTensor::new(vec![vocab, hidden], table.clone()))
+        .unwrap();
+    let c = cpu();
+    let ct = up(&c, &[vocab, hidden], &stored(&table, gt.storage()));
+    let (gb, cb) = (g.upload_batch(&b).unwrap(), c.upload_batch(&b).unwrap());
+    let got = g.embedding(&gt, &gb).unwrap();
+    let want = c.embedding(&ct, &cb).unwrap();
+    let what = format!(
+        "embedding {vocab}x{hidden} {:?} split {split_rows:?}",
+        gt.storage()
     );
-    let want: Vec<f32> = ids
-        .iter()
-        .flat_map(|&t| table[t as usize * hidden..(t as usize + 1) * hidden].to_vec())
-        .collect();
-    assert_close(
-        "embedding",
-        &g.read_f32(&got, want.len()).unwrap(),
-        &want,
-        0.0,
-    );
+    assert_close(&what, &host(&g, &got), &host(&c, &want), 0.0);
+    let got = g.gather_logit_rows(&got, &gb).unwrap();
+    let want = c.gather_logit_rows(&want, &cb).unwrap();
+    assert_close("gather_logit_rows", &host(&g, &got), &host(&c, &want), 0.0);
+}
 
-    let idx = [3u32, 0, 4];
-    let got = g.gather_rows(&g.upload_f32(&a), &g.upload_u32(&idx), idx.len(), cols);
-    let want: Vec<f32> = idx
-        .iter()
-        .flat_map(|&r| a[r as usize * cols..(r as usize + 1) * cols].to_vec())
-        .collect();
-    assert_close(
-        "gather_rows",
-        &g.read_f32(&got, want.len()).unwrap(),
-        &want,
-        0.0,
-    );
+#[test]
+fn embedding_and_gather_match_the_cpu() {
+    let seqs = [(0, 5), (3, 1), (9, 4)];
+    check_embedding_and_gather(50, 24, &seqs, WeightStorage::F32, None, 1);
+    check_embedding_and_gather(50, 24, &seqs, WeightStorage::F16, Some(7), 2);
+    check_embedding_and_gather(37, 10, &seqs, WeightStorage::F32, None, 3);
+}
 
-    let mut logits = random(&mut rng, 4 * 1000);
-    logits[2 * 1000 + 17] = 5.0;
-    logits[2 * 1000 + 900] = 5.0; // a tie: the lower index wins
+#[test]
+fn argmax_reads_back_one_id_per_row_lowest_on_ties() {
+    let g = gpu(WeightStorage::F32);
+    let mut rng = StdRng::seed_from_u64(9);
+    let (rows, cols) = (5, 49_152);
+    let mut logits = random(&mut rng, rows * cols);
+    logits[2 * cols + 17] = 5.0;
+    logits[2 * cols + 40_000] = 5.0;
     let got = g
-        .read_u32(&g.argmax(&g.upload_f32(&logits), 4, 1000), 4)
+        .argmax_to_host(&up(&g, &[rows, cols], &logits))
+        .unwrap()
         .unwrap();
     let want: Vec<u32> = logits
-        .chunks(1000)
+        .chunks(cols)
         .map(infer_core::sampling::argmax)
         .collect();
     assert_eq!(got, want);
     assert_eq!(got[2], 17);
 }
 
-/// A batch of sequences `(num_computed, num_new)` over shuffled blocks.
-fn batch(rng: &mut StdRng, seqs: &[(usize, usize)], block_size: usize) -> (BatchInput, usize) {
-    let mut next_block = 0u32;
-    let mut tables = Vec::new();
-    let mut tokens = Vec::new();
-    for &(done, new) in seqs {
-        let blocks = (done + new).div_ceil(block_size);
-        tables.push(
-            (next_block..next_block + blocks as u32)
-                .rev()
-                .collect::<Vec<u32>>(),
-        );
-        next_block += blocks as u32;
-        tokens.push(
-            (0..new)
-                .map(|_| rng.random_range(0..100u32))
-                .collect::<Vec<u32>>(),
-        );
-    }
-    let chunks: Vec<SequenceChunk> = seqs
-        .iter()
-        .enumerate()
-        .map(|(i, &(done, _))| SequenceChunk {
-            tokens: &tokens[i],
-            num_computed: done,
-            block_table: &tables[i],
-            want_logits: true,
-            all_logits: false,
-        })
-        .collect();
-    (
-        BatchInput::build(&chunks, block_size).unwrap(),
-        next_block as usize,
-    )
-}
-
-fn token_info(b: &BatchInput) -> Vec<u32> {
-    let mut out = Vec::new();
-    for t in 0..b.num_tokens() {
-        let seq = b.query_start.partition_point(|&s| s as usize <= t) - 1;
-        out.extend([b.positions[t], seq as u32]);
-    }
-    out
-}
-
-fn check_rope(seqs: &[(usize, usize)], heads: usize, head_dim: usize, seed: u64) {
-    let g = gpu();
-    let cpu = CpuBackend::new();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (b, _) = batch(&mut rng, seqs, 4);
-    let max_len = 64;
-    let table = random(&mut rng, max_len * head_dim);
-    let n = b.num_tokens();
-    let x = random(&mut rng, n * heads * head_dim);
-    for style in [RopeStyle::AdjacentPairs, RopeStyle::HalfSplit] {
-        let mut want = cpu
-            .upload(&HostTensor::new(vec![n, heads * head_dim], x.clone()))
-            .unwrap();
-        let cos_sin = cpu
-            .upload(&HostTensor::new(vec![max_len, head_dim], table.clone()))
-            .unwrap();
-        cpu.rope(
-            &mut want,
-            &cpu.upload_batch(&b).unwrap(),
-            &cos_sin,
-            head_dim,
-            style,
-        )
-        .unwrap();
-        let got = g.upload_f32(&x);
-        let adjacent = style == RopeStyle::AdjacentPairs;
-        g.rope(
-            &got,
-            &g.upload_u32(&b.positions),
-            &g.upload_f32(&table),
-            n,
-            heads,
-            head_dim,
-            adjacent,
-        );
-        assert_close(
-            "rope",
-            &g.read_f32(&got, x.len()).unwrap(),
-            &cpu_f32(&want),
-            1e-5,
-        );
-    }
-}
-
-fn check_attention(
-    seqs: &[(usize, usize)],
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    block_size: usize,
-    seed: u64,
-) {
-    let g = gpu();
-    let cpu = CpuBackend::new();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (b, num_blocks) = batch(&mut rng, seqs, block_size);
-    let n = b.num_tokens();
-    let spec = KvCacheSpec {
-        num_layers: 1,
-        num_blocks,
-        block_size,
-        num_kv_heads: kv_heads,
-        head_dim,
-    };
-    let row = kv_heads * head_dim;
-    let mut cache = cpu.alloc_kv_cache(&spec).unwrap();
-    let kc = g.poisoned_f32(num_blocks * block_size * row);
-    let vc = g.poisoned_f32(num_blocks * block_size * row);
-    // Fill every slot the attention may read with known K/V through write_kv over all
-    // positions of each sequence (context and new tokens alike).
-    let full: Vec<(usize, usize)> = seqs.iter().map(|&(done, new)| (0, done + new)).collect();
-    // Same block counts per sequence, so `batch` lays out the same tables.
-    let (all, _) = batch(&mut rng, &full, block_size);
-    let k = random(&mut rng, all.num_tokens() * row);
-    let v = random(&mut rng, all.num_tokens() * row);
-    let kv_shape = vec![all.num_tokens(), row];
-    let cpu_all = cpu.upload_batch(&all).unwrap();
-    cpu.write_kv(
-        &mut cache,
-        0,
-        &cpu.upload(&HostTensor::new(kv_shape.clone(), k.clone()))
-            .unwrap(),
-        &cpu.upload(&HostTensor::new(kv_shape, v.clone())).unwrap(),
-        &cpu_all,
-    )
-    .unwrap();
-    g.write_kv(
-        &g.upload_f32(&k),
-        &g.upload_f32(&v),
-        &g.upload_u32(&all.slot_mapping),
-        &kc,
-        &vc,
-        all.num_tokens(),
-        row,
-    );
-
-    let q = random(&mut rng, n * heads * head_dim);
-    let params = AttentionParams {
-        num_heads: heads,
-        num_kv_heads: kv_heads,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-    };
-    let want = cpu
-        .paged_attention(
-            &cpu.upload(&HostTensor::new(vec![n, heads * head_dim], q.clone()))
-                .unwrap(),
-            &cache,
-            0,
-            &cpu.upload_batch(&b).unwrap(),
-            &params,
-        )
-        .unwrap();
-    let max_context = b.context_lens.iter().copied().max().unwrap_or(0) as usize;
-    let got = g
-        .paged_attention(
-            &g.upload_f32(&q),
-            &kc,
-            &vc,
-            &g.upload_u32(&b.block_tables),
-            &g.upload_u32(&token_info(&b)),
-            AttentionShape {
-                num_tokens: n,
-                heads,
-                kv_heads,
-                head_dim,
-                block_size,
-                max_blocks: b.max_blocks_per_seq,
-                max_context,
-                scale: params.scale,
-            },
-        )
-        .unwrap();
-    assert_close(
-        &format!("paged_attention {seqs:?} h{heads}/{kv_heads} d{head_dim} bs{block_size}"),
-        &g.read_f32(&got, n * heads * head_dim).unwrap(),
-        &cpu_f32(&want),
-        1e-4,
-    );
-}
-
 #[test]
-fn rope_both_layouts_match_the_cpu() {
-    check_rope(&[(0, 5), (7, 1), (30, 3)], 3, 8, 2);
-    check_rope(&[(0, 1)], 1, 64, 3);
-}
-
-#[test]
-fn paged_attention_matches_the_cpu_across_partitions() {
-    // Decode tokens, a prefill chunk after cached context, GQA, and a context longer than one
-    // 512-key partition.
-    check_attention(&[(5, 1), (0, 7), (13, 4)], 4, 2, 16, 4, 4);
-    check_attention(&[(700, 1), (600, 3)], 2, 1, 32, 16, 5);
+fn a_too_large_tensor_is_an_error_not_a_panic() {
+    let g = gpu(WeightStorage::F32).with_max_binding(64);
+    // Not a matrix, so it cannot be split.
+    let err = g
+        .upload(&HostTensor::new(vec![2, 2, 8], vec![0.5; 32]))
+        .unwrap_err();
+    assert!(err.to_string().contains("binding"), "{err}");
+    let row = g
+        .upload_matrix(&HostTensor::new(vec![1, 40], vec![0.5; 40]))
+        .unwrap_err();
+    assert!(row.to_string().contains("row"), "{row}");
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(24))]
 
     #[test]
-    fn paged_attention_on_random_shapes(
-        seqs in prop::collection::vec((0usize..40, 1usize..6), 1..4),
-        kv_heads in 1usize..3,
-        group in 1usize..4,
-        head_dim in prop::sample::select(vec![4usize, 8, 16, 64]),
-        block_size in prop::sample::select(vec![1usize, 4, 16]),
+    fn matmul_on_random_shapes(
+        m in 1usize..80,
+        n in 1usize..140,
+        k in 1usize..100,
+        f16 in any::<bool>(),
+        split in prop::option::of(1usize..40),
         seed in any::<u64>(),
     ) {
-        check_attention(&seqs, kv_heads * group, kv_heads, head_dim, block_size, seed);
+        let storage = if f16 { WeightStorage::F16 } else { WeightStorage::F32 };
+        check_matmul(m, n, k, storage, split, seed);
+    }
+
+    #[test]
+    fn embedding_on_random_ragged_batches(
+        seqs in prop::collection::vec((0usize..20, 1usize..6), 1..5),
+        vocab in 1usize..90,
+        hidden4 in 1usize..20,
+        f16 in any::<bool>(),
+        split in prop::option::of(1usize..30),
+        seed in any::<u64>(),
+    ) {
+        let storage = if f16 { WeightStorage::F16 } else { WeightStorage::F32 };
+        check_embedding_and_gather(vocab, hidden4 * 4, &seqs, storage, split, seed);
     }
 }

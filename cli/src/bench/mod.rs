@@ -1,7 +1,8 @@
 //! `infer bench`: throughput (many requests through the engine), latency (a batch at a time),
-//! and the engine's own per-step overhead without a model. Figures are medians and
+//! the engine's own per-step overhead without a model, and GPU kernels one by one. Figures are medians and
 //! percentiles, since these machines are shared and noisy.
 
+mod kernels;
 mod latency;
 mod overhead;
 mod throughput;
@@ -21,6 +22,8 @@ pub enum BenchCommand {
     Latency(latency::LatencyArgs),
     /// Scheduler + block manager + sampler + detokenizer per step, with no model.
     Overhead(overhead::OverheadArgs),
+    /// Each GPU kernel at the default model's shapes: time, GFLOP/s, GB/s.
+    Kernels(kernels::KernelsArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
@@ -28,6 +31,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Throughput(a) => throughput::run(a),
         BenchCommand::Latency(a) => latency::run(a),
         BenchCommand::Overhead(a) => overhead::run(a),
+        BenchCommand::Kernels(a) => kernels::run(a),
     }
 }
 

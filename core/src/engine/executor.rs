@@ -9,17 +9,34 @@ use crate::error::Result;
 use crate::model::LlamaModel;
 use crate::scheduler::CacheOps;
 
+/// What a step leaves for sampling: the logits rows, or, when the batch asked only for argmaxes
+/// (`BatchInput::argmax_only`) and the executor computed them where the logits live, one id
+/// per row.
+#[derive(Debug, Default)]
+pub struct StepLogits {
+    /// `[rows * vocab]`, reused across steps so 50 MB of rows are not allocated afresh.
+    pub rows: Vec<f32>,
+    pub argmax: Option<Vec<u32>>,
+}
+
+impl StepLogits {
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.argmax = None;
+    }
+}
+
 pub trait Executor {
     /// Length of a logits row.
     fn vocab_size(&self) -> usize;
     /// Performs `ops` (swap out, swap in, copy, in that order), then runs `batch` if there
-    /// is one, leaving its logits rows `[batch.logits_indices.len() * vocab]` in `logits`
-    /// (a buffer the engine reuses, so 50 MB of rows per step are not allocated afresh).
+    /// is one, leaving its `batch.logits_indices.len()` logits rows (or their argmaxes) in
+    /// `out`.
     fn execute(
         &mut self,
         ops: &CacheOps,
         batch: Option<&BatchInput>,
-        logits: &mut Vec<f32>,
+        out: &mut StepLogits,
     ) -> Result<()>;
 }
 
@@ -33,9 +50,9 @@ impl Executor for Box<dyn Executor> {
         &mut self,
         ops: &CacheOps,
         batch: Option<&BatchInput>,
-        logits: &mut Vec<f32>,
+        out: &mut StepLogits,
     ) -> Result<()> {
-        (**self).execute(ops, batch, logits)
+        (**self).execute(ops, batch, out)
     }
 }
 
@@ -79,7 +96,7 @@ impl<B: Backend> Executor for LlamaExecutor<B> {
         &mut self,
         ops: &CacheOps,
         batch: Option<&BatchInput>,
-        out: &mut Vec<f32>,
+        out: &mut StepLogits,
     ) -> Result<()> {
         out.clear();
         let b = &self.backend;
@@ -96,9 +113,16 @@ impl<B: Backend> Executor for LlamaExecutor<B> {
             return Ok(());
         };
         let logits = self.model.forward(b, batch, &mut self.kv)?;
-        if !batch.logits_indices.is_empty() {
-            *out = b.to_host(&logits)?.data;
+        if batch.logits_indices.is_empty() {
+            return Ok(());
         }
+        if batch.argmax_only {
+            if let Some(ids) = b.argmax_to_host(&logits)? {
+                out.argmax = Some(ids);
+                return Ok(());
+            }
+        }
+        out.rows = b.to_host(&logits)?.data;
         Ok(())
     }
 }

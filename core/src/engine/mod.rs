@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use executor::{Executor, LlamaExecutor};
+pub use executor::{Executor, LlamaExecutor, StepLogits};
 use request::Request;
 pub use request::{
     CompletedRequest, CompletionOutput, Prompt, RequestMetrics, RequestOutput, SequenceDelta,
@@ -46,6 +46,8 @@ pub struct EngineConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct EngineStats {
     pub steps: u64,
+    /// Steps whose sampled ids came from an argmax computed by the executor.
+    pub argmax_steps: u64,
     pub num_running: usize,
     pub num_waiting: usize,
     pub num_swapped: usize,
@@ -87,7 +89,7 @@ pub struct Engine<E: Executor> {
     eos_token_ids: Vec<u32>,
     stats: EngineStats,
     /// Logits rows of the last step, reused.
-    logits: Vec<f32>,
+    logits: StepLogits,
 }
 
 impl<E: Executor> Engine<E> {
@@ -125,7 +127,7 @@ impl<E: Executor> Engine<E> {
             ids: HashMap::new(),
             next_seq: 0,
             stats: EngineStats::default(),
-            logits: Vec::new(),
+            logits: StepLogits::default(),
         })
     }
 
@@ -211,15 +213,19 @@ impl<E: Executor> Engine<E> {
         let batch = if chunks.is_empty() {
             None
         } else {
-            Some(BatchInput::build(&chunks, self.config.block_size)?)
+            let mut b = BatchInput::build(&chunks, self.config.block_size)?;
+            b.argmax_only = self.only_plain_greedy_rows(&plan.chunks);
+            Some(b)
         };
         let executing = Instant::now();
         let mut logits = std::mem::take(&mut self.logits);
+        logits.clear();
         self.executor
             .execute(&plan.cache_ops, batch.as_ref(), &mut logits)?;
         self.stats.last_execute_time = executing.elapsed();
 
         self.stats.steps += 1;
+        self.stats.argmax_steps += u64::from(logits.argmax.is_some());
         self.stats.preemptions += plan.preempted.len() as u64;
         self.stats.prefix_cache_hit_tokens += plan.prefix_hit_tokens as u64;
         self.stats.last_step_tokens = plan.num_batched_tokens;

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::sequences::{final_outputs, Ctx};
-use super::{Engine, Executor, RequestOutput, TokenLogprobs, TopLogprob};
+use super::{Engine, Executor, RequestOutput, StepLogits, TokenLogprobs, TopLogprob};
 use crate::error::{InferError, Result};
 use crate::sampling::math::{log_sum_exp, top_n};
-use crate::sampling::{sample_batch, SampledRow, SamplerRow};
+use crate::sampling::{sample_batch, Sample, SampledRow, SamplerRow};
 use crate::scheduler::ScheduledChunk;
 
 /// A logits row that samples, and what it belongs to.
@@ -22,18 +22,82 @@ struct Job {
 }
 
 impl<E: Executor> Engine<E> {
+    /// Whether every row that samples this step is plain greedy (see
+    /// `SamplingParams::is_plain_greedy`), so the argmax alone will do.
+    pub(super) fn only_plain_greedy_rows(&self, chunks: &[ScheduledChunk]) -> bool {
+        chunks.iter().filter(|c| c.want_logits).all(|c| {
+            let Some(req) = self.owners.get(&c.seq).and_then(|k| self.requests.get(k)) else {
+                return false;
+            };
+            let p = &req.params;
+            !c.all_logits
+                && p.is_plain_greedy()
+                && req.members.iter().all(|m| m.output.len() >= p.min_tokens)
+        })
+    }
+
     pub(super) fn process(
         &mut self,
         chunks: &[ScheduledChunk],
-        logits: &mut [f32],
+        step: &mut StepLogits,
         started: Instant,
     ) -> Result<Vec<RequestOutput>> {
         let vocab = self.executor.vocab_size();
-        let jobs = self.collect_jobs(chunks, logits, vocab, started)?;
+        let num_rows = match &step.argmax {
+            Some(ids) => ids.len(),
+            None => step.rows.len() / vocab.max(1),
+        };
+        let jobs = self.collect_jobs(chunks, &step.rows, num_rows, vocab, started)?;
         let sampling = Instant::now();
+        let sampled = match &step.argmax {
+            Some(ids) => jobs
+                .iter()
+                .map(|job| {
+                    let token = *ids.get(job.row).ok_or_else(|| missing_row(job.row))?;
+                    Ok(SampledRow {
+                        samples: vec![Sample {
+                            token,
+                            logprob: None,
+                        }],
+                        top: Vec::new(),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => self.sample_rows(&jobs, &mut step.rows, vocab)?,
+        };
+        self.stats.last_sample_time = sampling.elapsed();
+        // Each request's rows, in the order its first row came.
+        let mut order: Vec<u64> = Vec::new();
+        let mut by_request: HashMap<u64, Vec<(usize, SampledRow)>> = HashMap::new();
+        for (job, row) in jobs.iter().zip(sampled) {
+            by_request
+                .entry(job.key)
+                .or_insert_with(|| {
+                    order.push(job.key);
+                    Vec::new()
+                })
+                .push((job.member, row));
+        }
+        let mut outputs = Vec::new();
+        for key in order {
+            let rows = by_request.remove(&key).unwrap_or_default();
+            if let Some(out) = self.advance(key, rows)? {
+                outputs.push(out);
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// The batch sampler over the jobs' logits rows.
+    fn sample_rows(
+        &self,
+        jobs: &[Job],
+        logits: &mut [f32],
+        vocab: usize,
+    ) -> Result<Vec<SampledRow>> {
         let mut rows: Vec<Option<&mut [f32]>> = logits.chunks_mut(vocab).map(Some).collect();
         let mut batch = Vec::with_capacity(jobs.len());
-        for job in &jobs {
+        for job in jobs {
             let req = &self.requests[&job.key];
             let m = &req.members[job.member];
             let seq = m.seq.and_then(|s| self.scheduler.seq(s));
@@ -58,30 +122,7 @@ impl<E: Executor> Engine<E> {
                 num_top: p.logprobs.unwrap_or(0).max(beam_top),
             });
         }
-        let sampled = sample_batch(&mut batch);
-        drop(batch);
-        self.stats.last_sample_time = sampling.elapsed();
-
-        // Each request's rows, in the order its first row came.
-        let mut order: Vec<u64> = Vec::new();
-        let mut by_request: HashMap<u64, Vec<(usize, SampledRow)>> = HashMap::new();
-        for (job, row) in jobs.iter().zip(sampled) {
-            by_request
-                .entry(job.key)
-                .or_insert_with(|| {
-                    order.push(job.key);
-                    Vec::new()
-                })
-                .push((job.member, row));
-        }
-        let mut outputs = Vec::new();
-        for key in order {
-            let rows = by_request.remove(&key).unwrap_or_default();
-            if let Some(out) = self.advance(key, rows)? {
-                outputs.push(out);
-            }
-        }
-        Ok(outputs)
+        Ok(sample_batch(&mut batch))
     }
 
     /// Metrics and prompt logprobs per chunk; the rows that sample, with their uniforms.
@@ -89,6 +130,7 @@ impl<E: Executor> Engine<E> {
         &mut self,
         chunks: &[ScheduledChunk],
         logits: &[f32],
+        num_rows: usize,
         vocab: usize,
         started: Instant,
     ) -> Result<Vec<Job>> {
@@ -102,7 +144,7 @@ impl<E: Executor> Engine<E> {
             };
             let first_row = row;
             row += rows;
-            if logits.len() < row * vocab {
+            if num_rows < row {
                 return Err(missing_row(row - 1));
             }
             let Some(&key) = self.owners.get(&c.seq) else {

@@ -5,7 +5,7 @@ use crate::block_manager::BlockCopy;
 use crate::error::{InferError, Result};
 use crate::scheduler::CacheOps;
 
-use super::Executor;
+use super::{Executor, StepLogits};
 
 /// Returns one of a few fixed logit rows (chosen by the token's position), at the full cost
 /// of a real vocabulary for the sampler: isolates the engine's own per-step overhead.
@@ -41,9 +41,10 @@ impl Executor for FixedLogitsExecutor {
         &mut self,
         _ops: &CacheOps,
         batch: Option<&BatchInput>,
-        out: &mut Vec<f32>,
+        step: &mut StepLogits,
     ) -> Result<()> {
-        out.clear();
+        step.clear();
+        let out = &mut step.rows;
         let Some(b) = batch else {
             return Ok(());
         };
@@ -86,6 +87,8 @@ pub struct SimulatedKvExecutor {
     block_size: usize,
     device: Vec<Option<(u32, u32)>>,
     host: Vec<Option<(u32, u32)>>,
+    /// Answer `argmax_only` batches with ids, as a GPU backend does.
+    pub device_argmax: bool,
 }
 
 impl SimulatedKvExecutor {
@@ -100,6 +103,7 @@ impl SimulatedKvExecutor {
             block_size,
             device: vec![None; num_device_blocks * block_size],
             host: vec![None; num_host_blocks * block_size],
+            device_argmax: false,
         }
     }
 
@@ -125,9 +129,10 @@ impl Executor for SimulatedKvExecutor {
         &mut self,
         ops: &CacheOps,
         batch: Option<&BatchInput>,
-        out: &mut Vec<f32>,
+        step: &mut StepLogits,
     ) -> Result<()> {
-        out.clear();
+        step.clear();
+        let out = &mut step.rows;
         let bs = self.block_size;
         Self::copy(&self.device, &mut self.host, &ops.swap_out, bs);
         Self::copy(&self.host, &mut self.device, &ops.swap_in, bs);
@@ -156,6 +161,14 @@ impl Executor for SimulatedKvExecutor {
                 }
             }
             simulated_logits(&context, &mut out[row * self.vocab..(row + 1) * self.vocab]);
+        }
+        if b.argmax_only && self.device_argmax {
+            let ids = out
+                .chunks(self.vocab)
+                .map(crate::sampling::math::argmax)
+                .collect();
+            step.argmax = Some(ids);
+            step.rows.clear();
         }
         Ok(())
     }

@@ -234,3 +234,71 @@ fn a_request_the_pool_cannot_hold_is_refused_up_front() {
     );
     assert!(!e.has_unfinished() || e.num_unfinished() == 1);
 }
+
+/// Greedy requests without logprobs take the executor's argmax shortcut (a GPU reads back one
+/// id per row); the tokens are those of the logits rows, and a batch holding any other row
+/// reads logits rows.
+#[test]
+fn plain_greedy_steps_use_the_executors_argmax_and_give_the_same_tokens() {
+    let run = |device_argmax: bool, with_sampled: bool| {
+        let mut exec = SimulatedKvExecutor::new(VOCAB, 4, 64, 0);
+        exec.device_argmax = device_argmax;
+        let cfg = EngineConfig {
+            block_size: 4,
+            num_device_blocks: 64,
+            num_host_blocks: 0,
+            max_model_len: 64,
+            enable_prefix_caching: false,
+            scheduler: SchedulerConfig {
+                max_num_seqs: 4,
+                max_num_batched_tokens: 16,
+                preemption_mode: PreemptionMode::Recompute,
+            },
+        };
+        let mut e = Engine::new(exec, None, cfg).unwrap();
+        for (i, prompt) in [vec![1, 2, 3], vec![9; 11], vec![4, 5]]
+            .into_iter()
+            .enumerate()
+        {
+            let p = SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(12)
+            };
+            e.add_request(i.to_string(), prompt, p).unwrap();
+        }
+        if with_sampled {
+            let p = SamplingParams {
+                seed: Some(3),
+                max_tokens: Some(12),
+                ..Default::default()
+            };
+            e.add_request("sampled", vec![6, 6], p).unwrap();
+        }
+        let mut done = Vec::new();
+        while e.has_unfinished() {
+            for out in e.step().unwrap() {
+                if let Some(o) = out.outputs {
+                    done.push((
+                        out.request_id,
+                        o[0].token_ids.clone(),
+                        o[0].cumulative_logprob,
+                    ));
+                }
+            }
+        }
+        done.sort_by(|a, b| a.0.cmp(&b.0));
+        (done, e.stats().argmax_steps, e.stats().steps)
+    };
+    let (rows, none, _) = run(false, false);
+    let (ids, argmax_steps, steps) = run(true, false);
+    assert_eq!(none, 0);
+    assert_eq!(ids, rows);
+    assert_eq!(argmax_steps, steps, "every step was plain greedy");
+    let (mixed_rows, _, _) = run(false, true);
+    let (mixed, mixed_argmax, _) = run(true, true);
+    assert_eq!(mixed, mixed_rows);
+    assert!(
+        mixed_argmax < argmax_steps,
+        "steps with a sampled row read logits rows"
+    );
+}

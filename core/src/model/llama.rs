@@ -41,9 +41,10 @@ fn upload_weight<B: Backend>(
         if let Some(packed) = weights.load_packed(w, config)? {
             return match backend.upload_packed(&packed)? {
                 Some(t) => Ok(t),
-                None => backend.upload(&packed.dequantize()),
+                None => backend.upload_matrix(&packed.dequantize()),
             };
         }
+        return backend.upload_matrix(&weights.load(w, config)?);
     }
     backend.upload(&weights.load(w, config)?)
 }

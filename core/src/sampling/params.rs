@@ -108,6 +108,18 @@ impl SamplingParams {
         self.temperature == 0.0
     }
 
+    /// Whether a row of this request is just the argmax of the raw logits (greedy, one
+    /// sequence, no logprobs, penalties or bias), which a backend may compute on the device.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.is_greedy()
+            && !self.use_beam_search
+            && self.best_of() == 1
+            && !self.needs_logprobs()
+            && self.prompt_logprobs.is_none()
+            && !self.has_penalties()
+            && self.logit_bias.is_empty()
+    }
+
     /// Whether the logits need any penalty pass.
     pub fn has_penalties(&self) -> bool {
         self.repetition_penalty != 1.0
