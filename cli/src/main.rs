@@ -6,6 +6,7 @@ mod generate;
 mod model;
 mod prompts_file;
 mod sampling_args;
+mod serve;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (streamed) or from a JSONL file of prompts (batched).
     Generate(generate::GenerateArgs),
+    /// OpenAI-compatible HTTP server (completions, models, tokenize, health).
+    Serve(serve::ServeArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -44,5 +47,6 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Serve(args) => serve::run(args),
     }
 }

@@ -145,8 +145,18 @@ impl<E: Executor> Engine<E> {
         &self.config
     }
 
+    /// Counters, with the queue sizes and KV usage as they are now (an abort between steps
+    /// shows at once).
     pub fn stats(&self) -> EngineStats {
-        self.stats
+        let mut s = self.stats;
+        s.num_running = self.scheduler.num_running();
+        s.num_waiting = self.scheduler.num_waiting();
+        s.num_swapped = self.scheduler.num_swapped();
+        let bm = self.scheduler.block_manager();
+        s.kv_usage = bm.device_usage();
+        s.kv_blocks_logical = bm.num_logical_device_blocks();
+        s.kv_blocks_physical = bm.num_referenced_device_blocks();
+        s
     }
 
     pub fn executor(&self) -> &E {

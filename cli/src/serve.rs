@@ -1,0 +1,91 @@
+//! `infer serve`: the OpenAI-compatible server. The engine is built and run on its own
+//! thread; warp serves on a tokio runtime until SIGINT / SIGTERM.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use infer_web::{EngineHandle, ServerState};
+
+use crate::model::ModelArgs;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to bind (127.0.0.1: this machine only).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1 endpoints.
+    #[arg(long, env = "INFER_API_KEY")]
+    pub api_key: Option<String>,
+    /// Model name clients use (default: the --model value).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Waiting requests beyond which new ones get 503 at once (0 = no limit).
+    #[arg(long, default_value_t = 256)]
+    pub max_waiting: usize,
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let name = args
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| args.model.model.clone());
+    let model = args.model;
+    let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
+        move || {
+            let (engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
+            let max_model_len = engine.config().max_model_len;
+            Ok((engine, (tokenizer, backend, max_model_len)))
+        },
+        args.max_waiting,
+    )
+    .map_err(|e| anyhow!(e))?;
+    let state = Arc::new(ServerState::new(
+        engine,
+        tokenizer,
+        name,
+        max_model_len,
+        backend.clone(),
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let addr = SocketAddr::new(args.host, args.port);
+        let (local, server) = infer_web::bind(state, addr, args.api_key, shutdown_signal())
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        eprintln!("infer serve: http://{local} ({backend})");
+        server.await;
+        Ok(())
+    })
+}

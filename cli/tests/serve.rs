@@ -1,0 +1,49 @@
+//! `infer serve` as a process: it binds (port 0 = a free one), says where on stderr, answers a
+//! completion, and exits cleanly on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use infer_tests::smollm2_path;
+use serde_json::{json, Value};
+
+#[test]
+fn serve_answers_then_shuts_down_on_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_infer"))
+        .args(["serve", "--model", &smollm2_path(), "--port", "0", "--num-kv-blocks", "64"])
+        .env("HF_HUB_OFFLINE", "1")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut url = None;
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        if let Some(rest) = line.trim().strip_prefix("infer serve: ") {
+            url = rest.split_whitespace().next().map(str::to_string);
+            break;
+        }
+        line.clear();
+    }
+    let url = url.unwrap_or_else(|| panic!("no address on stderr; last line {line:?}"));
+    let v: Value = ureq::post(&format!("{url}/v1/completions"))
+        .send_json(json!({"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert!(v["choices"][0]["text"].as_str().unwrap().contains("Paris"), "{v}");
+
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+}

@@ -1,0 +1,191 @@
+//! OpenAI's request and response bodies (the fields vLLM's server accepts, vLLM's extras
+//! included). Unknown request fields are ignored: clients send vendor extras.
+
+use std::collections::HashMap;
+
+use infer_core::{InferError, SamplingParams};
+use serde::{Deserialize, Serialize};
+
+/// `prompt` of `/v1/completions`: a string, strings, token ids or lists of token ids.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum StopInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StopInput {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            StopInput::One(s) => vec![s],
+            StopInput::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The sampling fields shared by completions and chat completions.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SamplingFields {
+    pub n: Option<usize>,
+    pub best_of: Option<usize>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// vLLM: -1 (or 0) = all tokens.
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    /// Token id (as a string, as JSON keys are) → bias.
+    pub logit_bias: Option<HashMap<String, f32>>,
+    pub seed: Option<u64>,
+    pub stop: Option<StopInput>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub ignore_eos: Option<bool>,
+    pub min_tokens: Option<usize>,
+    pub skip_special_tokens: Option<bool>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub user: Option<String>,
+}
+
+impl SamplingFields {
+    /// The engine's parameters; `max_tokens` is `None` for "up to the context".
+    pub fn to_params(
+        &self,
+        max_tokens: Option<usize>,
+        logprobs: Option<usize>,
+    ) -> Result<SamplingParams, InferError> {
+        let d = SamplingParams::default();
+        let mut logit_bias = std::collections::BTreeMap::new();
+        for (k, v) in self.logit_bias.iter().flatten() {
+            let id = k.parse::<u32>().map_err(|_| {
+                InferError::invalid("logit_bias", format!("`{k}` is not a token id"))
+            })?;
+            logit_bias.insert(id, *v);
+        }
+        let top_k = match self.top_k {
+            None | Some(-1) | Some(0) => 0,
+            Some(k) if k > 0 => k as usize,
+            Some(k) => {
+                return Err(InferError::invalid(
+                    "top_k",
+                    format!("{k} must be -1 or > 0"),
+                ))
+            }
+        };
+        Ok(SamplingParams {
+            n: self.n.unwrap_or(1),
+            best_of: self.best_of,
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            top_k,
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            logit_bias,
+            seed: self.seed,
+            max_tokens,
+            min_tokens: self.min_tokens.unwrap_or(0),
+            stop: self
+                .stop
+                .clone()
+                .map(StopInput::into_vec)
+                .unwrap_or_default(),
+            stop_token_ids: self.stop_token_ids.clone().unwrap_or_default(),
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            skip_special_tokens: self.skip_special_tokens.unwrap_or(true),
+            logprobs,
+            ..d
+        })
+    }
+
+    pub fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    pub prompt: PromptInput,
+    /// OpenAI's default for completions is 16.
+    pub max_tokens: Option<usize>,
+    pub logprobs: Option<usize>,
+    #[serde(default)]
+    pub echo: bool,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ChatMessageIn {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessageIn>,
+    pub max_tokens: Option<usize>,
+    pub max_completion_tokens: Option<usize>,
+    #[serde(default)]
+    pub logprobs: bool,
+    pub top_logprobs: Option<usize>,
+    pub add_generation_prompt: Option<bool>,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// OpenAI's error body.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+}

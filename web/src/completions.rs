@@ -1,0 +1,233 @@
+//! `POST /v1/completions`: one engine request per prompt, `n` choices each (indexed
+//! `prompt * n + choice`), as one JSON body or as OpenAI's SSE chunks.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use futures_util::stream::{self, Stream, StreamExt};
+use infer_core::{CompletionOutput, TokenLogprobs};
+use serde_json::{json, Value};
+use warp::reply::{Reply, Response};
+
+use crate::api::{CompletionRequest, Usage};
+use crate::engine_loop::{Event, Events};
+use crate::errors::ApiError;
+use crate::state::{finish_reason, unix_now, ServerState};
+
+/// OpenAI's legacy completion logprobs: tokens, their logprobs, top alternatives and offsets.
+fn completion_logprobs(state: &ServerState, lps: &[TokenLogprobs], start_offset: usize) -> Value {
+    let piece = |id: u32| state.tokenizer.decode(&[id], false).unwrap_or_default();
+    let mut offset = start_offset;
+    let (mut tokens, mut logprobs, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+    for lp in lps {
+        let text = piece(lp.token_id);
+        offsets.push(offset);
+        offset += text.len();
+        tokens.push(text);
+        logprobs.push(lp.logprob);
+        let top: serde_json::Map<String, Value> = lp
+            .top_logprobs
+            .iter()
+            .map(|t| (piece(t.token_id), json!(t.logprob)))
+            .collect();
+        tops.push(Value::Object(top));
+    }
+    json!({"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets})
+}
+
+/// Waits for a request's last output.
+pub async fn finish(mut events: Events) -> Result<(Vec<CompletionOutput>, usize), ApiError> {
+    while let Some(ev) = events.recv().await {
+        match ev {
+            Event::Output(out) => {
+                if let Some(outputs) = out.outputs {
+                    return Ok((outputs, out.metrics.num_prompt_tokens));
+                }
+            }
+            Event::Failed(why) => {
+                return Err(ApiError::new(
+                    warp::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    why,
+                ))
+            }
+        }
+    }
+    Err(ApiError::new(
+        warp::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "the request ended without output",
+    ))
+}
+
+pub async fn handle(state: Arc<ServerState>, req: CompletionRequest) -> Response {
+    match run(state, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response, ApiError> {
+    state.check_model(req.model.as_deref())?;
+    let prompts = state.encode_prompts(&req.prompt)?;
+    let max_tokens = Some(req.max_tokens.unwrap_or(16));
+    if req.echo && req.sampling.stream {
+        return Err(ApiError::bad_request("`echo` with `stream` is not supported").param("echo"));
+    }
+    let mut params = req.sampling.to_params(max_tokens, req.logprobs)?;
+    if req.echo && req.logprobs.is_some() {
+        params.prompt_logprobs = req.logprobs;
+    }
+    params.validate()?;
+    for p in &prompts {
+        state.check_length(p.len(), max_tokens)?;
+    }
+    let id = state.request_id("cmpl");
+    let mut streams = Vec::with_capacity(prompts.len());
+    for (i, p) in prompts.iter().enumerate() {
+        streams.push(
+            state
+                .engine
+                .submit(format!("{id}-{i}"), p.clone(), params.clone())
+                .await?,
+        );
+    }
+    let n = params.n;
+    if req.sampling.stream {
+        let usage = req.sampling.include_usage();
+        return Ok(sse_reply(sse_stream(state.clone(), id, streams, n, usage)));
+    }
+    let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
+    for (i, events) in streams.into_iter().enumerate() {
+        let (outputs, prompt_len) = finish(events).await?;
+        prompt_tokens += prompt_len;
+        let prompt_text = if req.echo {
+            state
+                .tokenizer
+                .decode(&prompts[i], false)
+                .map_err(ApiError::from)?
+        } else {
+            String::new()
+        };
+        for o in outputs {
+            completion_tokens += o.token_ids.len();
+            let logprobs = o
+                .logprobs
+                .as_ref()
+                .map(|lps| completion_logprobs(&state, lps, prompt_text.len()));
+            choices.push(json!({
+                "index": i * n + o.index,
+                "text": format!("{prompt_text}{}", o.text),
+                "logprobs": logprobs,
+                "finish_reason": finish_reason(o.finish_reason),
+                "stop_reason": o.stop_reason.as_ref().map(|s| format!("{s:?}")),
+            }));
+        }
+    }
+    let body = json!({
+        "id": id,
+        "object": "text_completion",
+        "created": unix_now(),
+        "model": state.model_name,
+        "choices": choices,
+        "usage": Usage::new(prompt_tokens, completion_tokens),
+    });
+    Ok(warp::reply::json(&body).into_response())
+}
+
+fn chunk(state: &ServerState, id: &str, choices: Value, usage: Option<Usage>) -> Value {
+    json!({
+        "id": id,
+        "object": "text_completion",
+        "created": unix_now(),
+        "model": state.model_name,
+        "choices": choices,
+        "usage": usage,
+    })
+}
+
+/// One SSE event as OpenAI writes it.
+pub fn sse_data(data: &str) -> Result<String, Infallible> {
+    Ok(format!("data: {data}\n\n"))
+}
+
+/// A `text/event-stream` response over `events`.
+pub fn sse_reply(
+    events: impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static,
+) -> Response {
+    let mut r = warp::reply::stream(events).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        "content-type",
+        warp::http::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        "cache-control",
+        warp::http::HeaderValue::from_static("no-cache"),
+    );
+    r
+}
+
+/// SSE: a chunk per sequence delta (or per finished output for requests that only know their
+/// outputs at the end), a usage chunk when asked, then `[DONE]`. Dropping the stream (the client
+/// went away) drops the event receivers, which aborts the requests.
+fn sse_stream(
+    state: Arc<ServerState>,
+    id: String,
+    streams: Vec<Events>,
+    n: usize,
+    include_usage: bool,
+) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
+    let tagged = streams.into_iter().enumerate().map(|(i, rx)| {
+        tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(move |ev| (i, ev))
+    });
+    let merged = stream::select_all(tagged);
+    let usage = Arc::new(std::sync::Mutex::new((0usize, 0usize)));
+    let (st, id2, usage2) = (state.clone(), id.clone(), usage.clone());
+    let body = merged.map(move |(i, ev)| {
+        let choices: Vec<Value> = match ev {
+            Event::Failed(why) => vec![json!({"index": i * n, "text": "", "finish_reason": "error", "error": why})],
+            Event::Output(out) => {
+                let mut u = usage2.lock().unwrap_or_else(|e| e.into_inner());
+                if !out.deltas.is_empty() {
+                    if out.finished() {
+                        u.0 += out.metrics.num_prompt_tokens;
+                    }
+                    out.deltas
+                        .iter()
+                        .map(|d| {
+                            u.1 += d.new_token_ids.len();
+                            json!({
+                                "index": i * n + d.index,
+                                "text": d.text_delta,
+                                "logprobs": (!d.logprobs.is_empty()).then(|| completion_logprobs(&st, &d.logprobs, 0)),
+                                "finish_reason": d.finish_reason.map(finish_reason),
+                            })
+                        })
+                        .collect()
+                } else {
+                    u.0 += out.metrics.num_prompt_tokens;
+                    out.outputs
+                        .iter()
+                        .flatten()
+                        .map(|o| {
+                            u.1 += o.token_ids.len();
+                            json!({"index": i * n + o.index, "text": o.text, "logprobs": null, "finish_reason": finish_reason(o.finish_reason)})
+                        })
+                        .collect()
+                }
+            }
+        };
+        sse_data(&chunk(&st, &id2, Value::Array(choices), None).to_string())
+    });
+    let tail = stream::once(async move {
+        let mut events = Vec::new();
+        if include_usage {
+            let (p, c) = *usage.lock().unwrap_or_else(|e| e.into_inner());
+            let u = chunk(&state, &id, json!([]), Some(Usage::new(p, c)));
+            events.push(sse_data(&u.to_string()));
+        }
+        events.push(sse_data("[DONE]"));
+        stream::iter(events)
+    })
+    .flatten();
+    body.chain(tail)
+}

@@ -1,0 +1,261 @@
+//! The engine on its own thread. HTTP handlers talk to it over channels: a command channel in,
+//! one event channel per request out. Every loop iteration drops the requests whose receiver is
+//! gone (the client disconnected), so their blocks are freed within one engine step.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use infer_core::{Engine, EngineStats, Executor, InferError, RequestOutput, SamplingParams};
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+/// What a request's stream receives.
+#[derive(Debug)]
+pub enum Event {
+    Output(RequestOutput),
+    /// The engine failed; the request is over.
+    Failed(String),
+}
+
+pub type Events = tmpsc::UnboundedReceiver<Event>;
+
+/// Why a request was not queued.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("{0}")]
+    Invalid(#[from] InferError),
+    #[error(
+        "the server is busy: {waiting} requests are waiting (--max-waiting {limit}); retry later"
+    )]
+    Busy { waiting: usize, limit: usize },
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+enum Command {
+    Add {
+        id: String,
+        prompt: Vec<u32>,
+        params: Box<SamplingParams>,
+        events: tmpsc::UnboundedSender<Event>,
+        accepted: oneshot::Sender<Result<(), SubmitError>>,
+    },
+    Stats(oneshot::Sender<EngineStats>),
+    /// Finish nothing more: abort what is in flight and exit.
+    Shutdown,
+}
+
+/// A cloneable handle on the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: Sender<Command>,
+    thread: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
+}
+
+struct Loop<E: Executor> {
+    engine: Engine<E>,
+    streams: HashMap<String, tmpsc::UnboundedSender<Event>>,
+    max_waiting: usize,
+}
+
+impl EngineHandle {
+    /// Builds the engine on its own thread (so neither it nor its backend has to be `Send`)
+    /// and runs it there; `build` also returns what the caller needs back (the tokenizer).
+    /// `max_waiting` bounds the waiting queue (0 = unbounded).
+    pub fn start<E, T>(
+        build: impl FnOnce() -> Result<(Engine<E>, T), String> + Send + 'static,
+        max_waiting: usize,
+    ) -> Result<(Self, T), String>
+    where
+        E: Executor + 'static,
+        T: Send + 'static,
+    {
+        let (commands, rx) = mpsc::channel();
+        let (ready_tx, ready) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || {
+                let engine = match build() {
+                    Ok((engine, extra)) => {
+                        let _ = ready_tx.send(Ok(extra));
+                        engine
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                Loop {
+                    engine,
+                    streams: HashMap::new(),
+                    max_waiting,
+                }
+                .run(rx)
+            })
+            .map_err(|e| format!("spawning the engine thread: {e}"))?;
+        let extra = ready
+            .recv()
+            .map_err(|_| "the engine thread died while starting".to_string())??;
+        let handle = EngineHandle {
+            commands,
+            thread: Arc::new(std::sync::Mutex::new(Some(thread))),
+        };
+        Ok((handle, extra))
+    }
+
+    /// Queues a request; its outputs arrive on the returned channel. Fails at once on bad
+    /// parameters or a full waiting queue.
+    pub async fn submit(
+        &self,
+        id: String,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+    ) -> Result<Events, SubmitError> {
+        let (events, rx) = tmpsc::unbounded_channel();
+        let (accepted, reply) = oneshot::channel();
+        let cmd = Command::Add {
+            id,
+            prompt,
+            params: Box::new(params),
+            events,
+            accepted,
+        };
+        self.commands.send(cmd).map_err(|_| SubmitError::Stopped)?;
+        reply.await.map_err(|_| SubmitError::Stopped)??;
+        Ok(rx)
+    }
+
+    pub async fn stats(&self) -> Option<EngineStats> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(Command::Stats(tx)).ok()?;
+        rx.await.ok()
+    }
+
+    /// Aborts everything in flight and waits for the engine thread to exit.
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl<E: Executor> Loop<E> {
+    fn run(mut self, rx: Receiver<Command>) {
+        loop {
+            // Block while idle; otherwise take what arrived and step.
+            let first = if self.engine.has_unfinished() {
+                match rx.try_recv() {
+                    Ok(c) => Some(c),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => return self.abort_all("the server stopped"),
+                }
+            } else {
+                match rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return,
+                }
+            };
+            let mut next = first;
+            while let Some(cmd) = next {
+                if !self.handle(cmd) {
+                    return self.abort_all("the server is shutting down");
+                }
+                next = rx.try_recv().ok();
+            }
+            self.drop_disconnected();
+            if self.engine.has_unfinished() {
+                self.step();
+            }
+        }
+    }
+
+    /// Returns false on shutdown.
+    fn handle(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Add {
+                id,
+                prompt,
+                params,
+                events,
+                accepted,
+            } => {
+                let waiting = self.engine.scheduler().num_waiting();
+                let result = if self.max_waiting > 0 && waiting >= self.max_waiting {
+                    Err(SubmitError::Busy {
+                        waiting,
+                        limit: self.max_waiting,
+                    })
+                } else {
+                    self.engine
+                        .add_request(id.clone(), prompt, *params)
+                        .map_err(SubmitError::from)
+                };
+                if result.is_ok() {
+                    self.streams.insert(id.clone(), events);
+                }
+                if accepted.send(result).is_err() {
+                    // The handler went away before hearing back.
+                    self.abort(&id);
+                }
+                true
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(self.engine.stats());
+                true
+            }
+            Command::Shutdown => false,
+        }
+    }
+
+    fn abort(&mut self, id: &str) {
+        self.engine.abort_request(id);
+        self.streams.remove(id);
+    }
+
+    fn drop_disconnected(&mut self) {
+        let gone: Vec<String> = self
+            .streams
+            .iter()
+            .filter(|(_, tx)| tx.is_closed())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            tracing::debug!(request = %id, "client disconnected: aborting");
+            self.abort(&id);
+        }
+    }
+
+    fn step(&mut self) {
+        match self.engine.step() {
+            Ok(outputs) => {
+                for out in outputs {
+                    let id = out.request_id.clone();
+                    let finished = out.finished();
+                    let delivered = self
+                        .streams
+                        .get(&id)
+                        .is_some_and(|tx| tx.send(Event::Output(out)).is_ok());
+                    if finished {
+                        self.streams.remove(&id);
+                    } else if !delivered {
+                        self.abort(&id);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "engine step failed");
+                self.abort_all(&format!("engine error: {e}"));
+            }
+        }
+    }
+
+    fn abort_all(&mut self, why: &str) {
+        for (id, tx) in std::mem::take(&mut self.streams) {
+            let _ = tx.send(Event::Failed(why.to_string()));
+            self.engine.abort_request(&id);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Errors as OpenAI sends them: `{"error": {"message", "type", "param", "code"}}` with the
+//! matching status. Bad input is a 4xx, never a 500 or a panic.
+
+use std::convert::Infallible;
+
+use infer_core::InferError;
+use warp::http::StatusCode;
+use warp::reject::Rejection;
+use warp::reply::Reply;
+
+use crate::api::{ErrorBody, ErrorDetail};
+use crate::engine_loop::SubmitError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl warp::reject::Reject for ApiError {}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn param(mut self, name: &str) -> Self {
+        self.param = Some(name.to_string());
+        self
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "server_busy",
+            _ => "internal_error",
+        }
+    }
+
+    pub fn into_response(self) -> warp::reply::Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                kind: self.kind().to_string(),
+                message: self.message,
+                param: self.param,
+                code: Some(self.status.as_u16().to_string()),
+            },
+        };
+        warp::reply::with_status(warp::reply::json(&body), self.status).into_response()
+    }
+}
+
+impl From<InferError> for ApiError {
+    fn from(e: InferError) -> Self {
+        let param = match &e {
+            InferError::InvalidParameter { name, .. } => Some(name.to_string()),
+            InferError::PromptTooLong { .. } | InferError::EmptyPrompt => Some("prompt".into()),
+            InferError::ChatTemplate(_) => Some("messages".into()),
+            _ => None,
+        };
+        let status = match e {
+            InferError::InvalidParameter { .. }
+            | InferError::PromptTooLong { .. }
+            | InferError::EmptyPrompt
+            | InferError::ChatTemplate(_)
+            | InferError::Tokenizer(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError {
+            status,
+            message: e.to_string(),
+            param,
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Invalid(e) => e.into(),
+            busy @ SubmitError::Busy { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, busy.to_string())
+            }
+            SubmitError::Stopped => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        }
+    }
+}
+
+/// Turns warp's rejections (bad JSON, body too large, unknown path) into OpenAI error bodies.
+pub async fn recover(r: Rejection) -> Result<warp::reply::Response, Infallible> {
+    let e = if let Some(e) = r.find::<ApiError>() {
+        ApiError {
+            status: e.status,
+            message: e.message.clone(),
+            param: e.param.clone(),
+        }
+    } else if let Some(e) = r.find::<warp::filters::body::BodyDeserializeError>() {
+        ApiError::bad_request(format!("invalid JSON body: {e}"))
+    } else if r.find::<warp::reject::PayloadTooLarge>().is_some() {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the request body is too large",
+        )
+    } else if r.find::<warp::reject::UnsupportedMediaType>().is_some() {
+        ApiError::bad_request("send the body as application/json")
+    } else if r.find::<warp::reject::MethodNotAllowed>().is_some() {
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+    } else if r.is_not_found() {
+        ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
+    } else {
+        ApiError::bad_request(format!("bad request: {r:?}"))
+    };
+    Ok(e.into_response())
+}

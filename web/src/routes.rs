@@ -1,0 +1,143 @@
+//! The routes: OpenAI's `/v1/*` (behind the API key when one is set), tokenize / detokenize,
+//! health, version. Every rejection becomes an OpenAI error body (`errors::recover`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+use warp::http::StatusCode;
+use warp::reply::{Reply, Response};
+use warp::Filter;
+
+use crate::api::CompletionRequest;
+use crate::completions;
+use crate::errors::{recover, ApiError};
+use crate::state::ServerState;
+
+/// Request bodies above this are refused with 413.
+pub const MAX_BODY_BYTES: u64 = 8 << 20;
+
+#[derive(Debug, Deserialize)]
+struct TokenizeRequest {
+    prompt: String,
+    #[serde(default = "yes")]
+    add_special_tokens: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+struct DetokenizeRequest {
+    tokens: Vec<u32>,
+}
+
+fn with_state(
+    state: Arc<ServerState>,
+) -> impl Filter<Extract = (Arc<ServerState>,), Error = Infallible> + Clone {
+    warp::any().map(move || state.clone())
+}
+
+fn json_body<T: serde::de::DeserializeOwned + Send>(
+) -> impl Filter<Extract = (T,), Error = warp::Rejection> + Clone {
+    warp::body::content_length_limit(MAX_BODY_BYTES).and(warp::body::json())
+}
+
+/// `Authorization: Bearer KEY` when the server has a key.
+fn auth(key: Option<String>) -> impl Filter<Extract = (), Error = warp::Rejection> + Clone {
+    warp::header::optional::<String>("authorization")
+        .and_then(move |header: Option<String>| {
+            let key = key.clone();
+            async move {
+                match key {
+                    None => Ok(()),
+                    Some(k) if header.as_deref() == Some(&format!("Bearer {k}")) => Ok(()),
+                    Some(_) => Err(warp::reject::custom(ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        "missing or wrong API key (send `Authorization: Bearer KEY`)",
+                    ))),
+                }
+            }
+        })
+        .untuple_one()
+}
+
+pub fn routes(
+    state: Arc<ServerState>,
+    api_key: Option<String>,
+) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone {
+    let health = warp::path!("health")
+        .and(warp::get())
+        .map(|| warp::reply().into_response());
+    let version = warp::path!("version")
+        .and(warp::get())
+        .map(|| warp::reply::json(&json!({"version": env!("CARGO_PKG_VERSION")})).into_response());
+    let models = warp::path!("v1" / "models")
+        .and(warp::get())
+        .and(with_state(state.clone()))
+        .map(|s: Arc<ServerState>| {
+            warp::reply::json(&json!({
+                "object": "list",
+                "data": [{
+                    "id": s.model_name,
+                    "object": "model",
+                    "created": s.started,
+                    "owned_by": "infer",
+                    "max_model_len": s.max_model_len,
+                }],
+            }))
+            .into_response()
+        });
+    let completions = warp::path!("v1" / "completions")
+        .and(warp::post())
+        .and(with_state(state.clone()))
+        .and(json_body::<CompletionRequest>())
+        .then(completions::handle);
+    let tokenize = warp::path!("tokenize")
+        .and(warp::post())
+        .and(with_state(state.clone()))
+        .and(json_body::<TokenizeRequest>())
+        .map(|s: Arc<ServerState>, r: TokenizeRequest| {
+            match s.tokenizer.encode(&r.prompt, r.add_special_tokens) {
+                Ok(tokens) => warp::reply::json(&json!({
+                    "count": tokens.len(),
+                    "max_model_len": s.max_model_len,
+                    "tokens": tokens,
+                }))
+                .into_response(),
+                Err(e) => ApiError::from(e).into_response(),
+            }
+        });
+    let detokenize = warp::path!("detokenize")
+        .and(warp::post())
+        .and(with_state(state.clone()))
+        .and(json_body::<DetokenizeRequest>())
+        .map(|s: Arc<ServerState>, r: DetokenizeRequest| {
+            let vocab = s.tokenizer.vocab_size() as u32;
+            if let Some(t) = r.tokens.iter().find(|&&t| t >= vocab) {
+                return ApiError::bad_request(format!(
+                    "token {t} is outside the vocabulary of {vocab}"
+                ))
+                .param("tokens")
+                .into_response();
+            }
+            match s.tokenizer.decode(&r.tokens, false) {
+                Ok(text) => warp::reply::json(&json!({"prompt": text})).into_response(),
+                Err(e) => ApiError::from(e).into_response(),
+            }
+        });
+    let v1 = auth(api_key).and(models.or(completions).unify());
+    health
+        .or(version)
+        .unify()
+        .or(v1)
+        .unify()
+        .or(tokenize)
+        .unify()
+        .or(detokenize)
+        .unify()
+        .recover(recover)
+        .unify()
+}

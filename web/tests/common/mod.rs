@@ -1,0 +1,109 @@
+//! The test server: SmolLM2 on the CPU backend behind the API key, one per test binary, on
+//! 127.0.0.1 at a free port; HTTP helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use infer_core::{Engine, EngineConfig, LlamaExecutor, PreemptionMode, SchedulerConfig};
+use infer_cpu::CpuBackend;
+use infer_tests::smollm2_shared;
+use infer_web::{EngineHandle, ServerState};
+use serde_json::Value;
+
+pub const KEY: &str = "sekrit";
+
+pub struct Server {
+    pub addr: SocketAddr,
+    pub engine: EngineHandle,
+}
+
+/// One server per test binary (with an API key), on its own runtime thread.
+pub fn server() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        let (model, tokenizer) = smollm2_shared();
+        let tok = tokenizer.clone();
+        let (engine, ()) = EngineHandle::start(
+            move || {
+                let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0)
+                    .map_err(|e| e.to_string())?;
+                let config = EngineConfig {
+                    block_size: 16,
+                    num_device_blocks: 256,
+                    num_host_blocks: 0,
+                    max_model_len: 1024,
+                    enable_prefix_caching: true,
+                    scheduler: SchedulerConfig {
+                        max_num_seqs: 16,
+                        max_num_batched_tokens: 512,
+                        preemption_mode: PreemptionMode::Recompute,
+                    },
+                };
+                let engine = Engine::new(exec, Some(tok), config).map_err(|e| e.to_string())?;
+                Ok((engine, ()))
+            },
+            64,
+        )
+        .unwrap();
+        let state = Arc::new(ServerState::new(
+            engine.clone(),
+            tokenizer,
+            "smol".into(),
+            1024,
+            "cpu".into(),
+        ));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+                let (local, serve) =
+                    infer_web::bind(state, addr, Some(KEY.into()), std::future::pending())
+                        .await
+                        .unwrap();
+                tx.send(local).unwrap();
+                serve.await;
+            });
+        });
+        Server {
+            addr: rx.recv().unwrap(),
+            engine,
+        }
+    })
+}
+
+pub fn url(path: &str) -> String {
+    format!("http://{}{path}", server().addr)
+}
+
+/// POSTs JSON with the key; returns (status, body).
+pub fn post(path: &str, body: &Value) -> (u16, Value) {
+    let r = ureq::post(&url(path))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .send_json(body.clone());
+    match r {
+        Ok(r) => (r.status(), r.into_json().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+/// The `data: ` payloads of an SSE response.
+pub fn stream(body: &Value) -> Vec<String> {
+    let r = ureq::post(&url("/v1/completions"))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .send_json(body.clone())
+        .unwrap();
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let text = r.into_string().unwrap();
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    events
+        .iter()
+        .map(|e| {
+            e.strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("not `data: `: {e:?}"))
+                .to_string()
+        })
+        .collect()
+}

@@ -1,0 +1,142 @@
+//! The server over real HTTP on 127.0.0.1 (a free port) with SmolLM2 on the CPU backend:
+//! completions as JSON and as OpenAI's SSE, models / tokenize / detokenize / health, error
+//! bodies and statuses, the API key, and a client that disconnects mid-stream.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+#[test]
+fn completions_json_and_stream_agree_with_usage() {
+    let body = json!({"model": "smol", "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0});
+    let (status, v) = post("/v1/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    let text = v["choices"][0]["text"].as_str().unwrap().to_string();
+    assert!(text.contains("Paris"), "{text}");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    sbody["stream_options"] = json!({"include_usage": true});
+    let events = stream(&sbody);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 6);
+    assert_eq!(
+        usage["total_tokens"],
+        usage["prompt_tokens"].as_u64().unwrap() + 6
+    );
+
+    // Several prompts (text and ids) with n = 2: choices indexed prompt * n + sample.
+    let ids = post("/tokenize", &json!({"prompt": "Hello"})).1["tokens"].clone();
+    for prompt in [json!([[1, 2, 3], ids]), json!(["a", "b"])] {
+        let body =
+            json!({"prompt": prompt, "n": 2, "max_tokens": 3, "temperature": 0.8, "seed": 1});
+        let (status, v) = post("/v1/completions", &body);
+        assert_eq!(status, 200, "{v}");
+        let idx: Vec<u64> = v["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["index"].as_u64().unwrap())
+            .collect();
+        assert_eq!(idx, [0, 1, 2, 3]);
+    }
+}
+
+#[test]
+fn models_tokenize_detokenize_health() {
+    let models: Value = ureq::get(&url("/v1/models"))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "smol");
+    assert_eq!(ureq::get(&url("/health")).call().unwrap().status(), 200);
+    let (_, t) = post("/tokenize", &json!({"prompt": "Hello world"}));
+    let (_, d) = post("/detokenize", &json!({"tokens": t["tokens"]}));
+    assert_eq!(d["prompt"], "Hello world");
+    let (status, e) = post("/detokenize", &json!({"tokens": [99_999_999]}));
+    assert_eq!(status, 400, "{e}");
+}
+
+#[test]
+fn bad_requests_get_openai_error_bodies() {
+    let cases = [
+        (
+            json!({"prompt": "x", "temperature": -1}),
+            400,
+            Some("temperature"),
+        ),
+        (json!({"prompt": "x", "n": 0}), 400, Some("n")),
+        (
+            json!({"prompt": "x", "max_tokens": 5000}),
+            400,
+            Some("max_tokens"),
+        ),
+        (json!({"prompt": "x", "model": "gpt-4"}), 404, Some("model")),
+        (json!({"prompt": "x", "top_k": -5}), 400, Some("top_k")),
+        (
+            json!({"prompt": "x", "logit_bias": {"abc": 1}}),
+            400,
+            Some("logit_bias"),
+        ),
+        (json!({"nothing": 1}), 400, None),
+    ];
+    for (body, code, param) in cases {
+        let (status, v) = post("/v1/completions", &body);
+        assert_eq!(status, code, "{body} -> {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+        assert!(v["error"]["type"].is_string(), "{v}");
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{body} -> {v}");
+        }
+    }
+    // Unknown fields are ignored (clients send vendor extras).
+    let (status, _) = post(
+        "/v1/completions",
+        &json!({"prompt": "x", "max_tokens": 1, "vendor_extra": {"a": 1}}),
+    );
+    assert_eq!(status, 200);
+    // Invalid JSON, a missing / wrong key, a body over the limit.
+    let r = ureq::post(&url("/v1/completions"))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .set("content-type", "application/json")
+        .send_string("{not json");
+    assert!(matches!(r, Err(ureq::Error::Status(400, _))));
+    let r = ureq::post(&url("/v1/completions")).send_json(json!({"prompt": "x"}));
+    assert!(matches!(r, Err(ureq::Error::Status(401, _))));
+    let r = ureq::post(&url("/v1/completions"))
+        .set("Authorization", "Bearer wrong")
+        .send_json(json!({"prompt": "x"}));
+    assert!(matches!(r, Err(ureq::Error::Status(401, _))));
+    // Over the body limit: answered from the headers, before the body is read.
+    let mut conn = std::net::TcpStream::connect(server().addr).unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        infer_web::MAX_BODY_BYTES + 10
+    );
+    std::io::Write::write_all(&mut conn, head.as_bytes()).unwrap();
+    let mut status = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(conn), &mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 413"), "{status}");
+}
