@@ -11,7 +11,15 @@ use serde_json::{json, Value};
 #[test]
 fn serve_answers_then_shuts_down_on_sigterm() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_infer"))
-        .args(["serve", "--model", &smollm2_path(), "--port", "0", "--num-kv-blocks", "64"])
+        .args([
+            "serve",
+            "--model",
+            &smollm2_path(),
+            "--port",
+            "0",
+            "--num-kv-blocks",
+            "64",
+        ])
         .env("HF_HUB_OFFLINE", "1")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -33,9 +41,15 @@ fn serve_answers_then_shuts_down_on_sigterm() {
         .unwrap()
         .into_json()
         .unwrap();
-    assert!(v["choices"][0]["text"].as_str().unwrap().contains("Paris"), "{v}");
+    assert!(
+        v["choices"][0]["text"].as_str().unwrap().contains("Paris"),
+        "{v}"
+    );
 
-    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(kill.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {

@@ -2,6 +2,7 @@
 //! (`engine_loop`), handlers talk to it over channels and stream with SSE.
 
 pub mod api;
+mod chat;
 mod completions;
 pub mod engine_loop;
 pub mod errors;

@@ -10,10 +10,10 @@ use warp::http::StatusCode;
 use warp::reply::{Reply, Response};
 use warp::Filter;
 
-use crate::api::CompletionRequest;
-use crate::completions;
+use crate::api::{ChatRequest, CompletionRequest};
 use crate::errors::{recover, ApiError};
 use crate::state::ServerState;
+use crate::{chat, completions};
 
 /// Request bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: u64 = 8 << 20;
@@ -95,6 +95,11 @@ pub fn routes(
         .and(with_state(state.clone()))
         .and(json_body::<CompletionRequest>())
         .then(completions::handle);
+    let chat = warp::path!("v1" / "chat" / "completions")
+        .and(warp::post())
+        .and(with_state(state.clone()))
+        .and(json_body::<ChatRequest>())
+        .then(chat::handle);
     let tokenize = warp::path!("tokenize")
         .and(warp::post())
         .and(with_state(state.clone()))
@@ -128,7 +133,7 @@ pub fn routes(
                 Err(e) => ApiError::from(e).into_response(),
             }
         });
-    let v1 = auth(api_key).and(models.or(completions).unify());
+    let v1 = auth(api_key).and(models.or(completions).unify().or(chat).unify());
     health
         .or(version)
         .unify()

@@ -140,3 +140,57 @@ fn bad_requests_get_openai_error_bodies() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(conn), &mut status).unwrap();
     assert!(status.starts_with("HTTP/1.1 413"), "{status}");
 }
+
+#[test]
+fn chat_completions_json_and_stream() {
+    let messages = json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let body = json!({"model": "smol", "messages": messages, "max_completion_tokens": 12, "temperature": 0, "logprobs": true, "top_logprobs": 2});
+    let (status, v) = post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    let text = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.contains("Paris"), "{text}");
+    let lps = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(
+        lps.len() as u64,
+        v["usage"]["completion_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(lps[0]["top_logprobs"].as_array().unwrap().len(), 2);
+
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    sbody["stream_options"] = json!({"include_usage": true});
+    let r = ureq::post(&url("/v1/chat/completions"))
+        .set("Authorization", &format!("Bearer {KEY}"))
+        .send_json(sbody)
+        .unwrap();
+    let text_body = r.into_string().unwrap();
+    let events: Vec<&str> = text_body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e.strip_prefix("data: ").unwrap()).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, text);
+    assert!(chunks
+        .iter()
+        .any(|c| c["choices"][0]["finish_reason"] == "length"
+            || c["choices"][0]["finish_reason"] == "stop"));
+    assert_eq!(
+        chunks.last().unwrap()["usage"]["completion_tokens"],
+        v["usage"]["completion_tokens"]
+    );
+
+    let (status, e) = post("/v1/chat/completions", &json!({"messages": []}));
+    assert_eq!(status, 400, "{e}");
+}
