@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use warp::reply::{Reply, Response};
 
 use crate::api::{ChatRequest, Usage};
-use crate::completions::{finish, sse_data, sse_reply};
+use crate::completions::{self, finish, sse_data, sse_reply, sse_tail, UsageCount};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
 use crate::state::{finish_reason, unix_now, ServerState};
@@ -101,16 +101,10 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
     Ok(warp::reply::json(&body).into_response())
 }
 
+const CHUNK: &str = "chat.completion.chunk";
+
 fn chunk(state: &ServerState, id: &str, choices: Value, usage: Option<Usage>) -> String {
-    json!({
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": unix_now(),
-        "model": state.model_name,
-        "choices": choices,
-        "usage": usage,
-    })
-    .to_string()
+    completions::chunk(state, id, CHUNK, choices, usage).to_string()
 }
 
 fn chat_stream(
@@ -129,7 +123,7 @@ fn chat_stream(
         Value::Array(roles),
         None,
     ))));
-    let usage = Arc::new(std::sync::Mutex::new((0usize, 0usize)));
+    let usage: UsageCount = Arc::default();
     let (st, id2, u2) = (state.clone(), id.clone(), usage.clone());
     let body = tokio_stream::wrappers::UnboundedReceiverStream::new(events).map(move |ev| {
         let choices: Vec<Value> = match ev {
@@ -170,20 +164,6 @@ fn chat_stream(
             .collect::<Vec<_>>()
     });
     let body = body.flat_map(stream::iter);
-    let tail = stream::once(async move {
-        let mut events = Vec::new();
-        if include_usage {
-            let (p, c) = *usage.lock().unwrap_or_else(|e| e.into_inner());
-            events.push(sse_data(&chunk(
-                &state,
-                &id,
-                json!([]),
-                Some(Usage::new(p, c)),
-            )));
-        }
-        events.push(sse_data("[DONE]"));
-        stream::iter(events)
-    })
-    .flatten();
+    let tail = sse_tail(state, id, CHUNK, include_usage.then_some(usage));
     head.chain(body).chain(tail)
 }

@@ -14,6 +14,8 @@ use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
 use crate::state::{finish_reason, unix_now, ServerState};
 
+const OBJECT: &str = "text_completion";
+
 /// OpenAI's legacy completion logprobs: tokens, their logprobs, top alternatives and offsets.
 fn completion_logprobs(state: &ServerState, lps: &[TokenLogprobs], start_offset: usize) -> Value {
     let piece = |id: u32| state.tokenizer.decode(&[id], false).unwrap_or_default();
@@ -133,15 +135,45 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
     Ok(warp::reply::json(&body).into_response())
 }
 
-fn chunk(state: &ServerState, id: &str, choices: Value, usage: Option<Usage>) -> Value {
+/// One streamed chunk (`object`: `text_completion` or `chat.completion.chunk`).
+pub fn chunk(
+    state: &ServerState,
+    id: &str,
+    object: &str,
+    choices: Value,
+    usage: Option<Usage>,
+) -> Value {
     json!({
         "id": id,
-        "object": "text_completion",
+        "object": object,
         "created": unix_now(),
         "model": state.model_name,
         "choices": choices,
         "usage": usage,
     })
+}
+
+/// (prompt, completion) tokens counted while streaming.
+pub type UsageCount = Arc<std::sync::Mutex<(usize, usize)>>;
+
+/// The end of a stream: the usage chunk when asked, then `[DONE]`.
+pub fn sse_tail(
+    state: Arc<ServerState>,
+    id: String,
+    object: &'static str,
+    usage: Option<UsageCount>,
+) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
+    stream::once(async move {
+        let mut events = Vec::new();
+        if let Some(usage) = usage {
+            let (p, c) = *usage.lock().unwrap_or_else(|e| e.into_inner());
+            let u = chunk(&state, &id, object, json!([]), Some(Usage::new(p, c)));
+            events.push(sse_data(&u.to_string()));
+        }
+        events.push(sse_data("[DONE]"));
+        stream::iter(events)
+    })
+    .flatten()
 }
 
 /// One SSE event as OpenAI writes it.
@@ -180,7 +212,7 @@ fn sse_stream(
         tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(move |ev| (i, ev))
     });
     let merged = stream::select_all(tagged);
-    let usage = Arc::new(std::sync::Mutex::new((0usize, 0usize)));
+    let usage: UsageCount = Arc::default();
     let (st, id2, usage2) = (state.clone(), id.clone(), usage.clone());
     let body = merged.map(move |(i, ev)| {
         let choices: Vec<Value> = match ev {
@@ -216,18 +248,8 @@ fn sse_stream(
                 }
             }
         };
-        sse_data(&chunk(&st, &id2, Value::Array(choices), None).to_string())
+        sse_data(&chunk(&st, &id2, OBJECT, Value::Array(choices), None).to_string())
     });
-    let tail = stream::once(async move {
-        let mut events = Vec::new();
-        if include_usage {
-            let (p, c) = *usage.lock().unwrap_or_else(|e| e.into_inner());
-            let u = chunk(&state, &id, json!([]), Some(Usage::new(p, c)));
-            events.push(sse_data(&u.to_string()));
-        }
-        events.push(sse_data("[DONE]"));
-        stream::iter(events)
-    })
-    .flatten();
+    let tail = sse_tail(state, id, OBJECT, include_usage.then_some(usage));
     body.chain(tail)
 }

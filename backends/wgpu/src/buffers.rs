@@ -140,7 +140,6 @@ impl GpuContext {
         rec.pass = None;
         let encoder = rec.encoder.take();
         rec.params.upload_and_reset(&self.queue);
-        rec.dispatches = 0;
         if let Some(encoder) = encoder {
             self.queue.submit([encoder.finish()]);
         }
@@ -180,19 +179,24 @@ impl GpuContext {
     /// one submission and one mapping.
     pub fn read_bytes(&self, ranges: &[(&wgpu::Buffer, u64, u64)]) -> GpuResult<Vec<u8>> {
         let total: u64 = ranges.iter().map(|r| r.2).sum();
+        // Held for the whole read: one mapping of the staging buffer at a time.
         let mut staging_slot = lock(&self.staging);
-        if staging_slot.as_ref().is_none_or(|s| s.size() < total) {
-            *staging_slot = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("read-back"),
-                size: total.max(256).next_power_of_two(),
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
-        }
-        let staging = staging_slot.as_ref().expect("created above");
+        let staging = match &*staging_slot {
+            Some(s) if s.size() >= total => s.clone(),
+            _ => {
+                let s = self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("read-back"),
+                    size: total.max(256).next_power_of_two(),
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                *staging_slot = Some(s.clone());
+                s
+            }
+        };
         let mut at = 0;
         for &(buffer, offset, bytes) in ranges {
-            self.copy(buffer, offset, staging, at, bytes);
+            self.copy(buffer, offset, &staging, at, bytes);
             at += bytes;
         }
         self.flush()?;

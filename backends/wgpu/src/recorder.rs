@@ -87,8 +87,6 @@ pub struct Recorder {
     pub pass: Option<wgpu::ComputePass<'static>>,
     pub params: ParamArena,
     bind_groups: HashMap<(wgpu::ComputePipeline, Vec<Range>), wgpu::BindGroup>,
-    /// Dispatches recorded since the last submission.
-    pub dispatches: usize,
 }
 
 impl Recorder {
@@ -103,14 +101,14 @@ impl Recorder {
     }
 
     fn pass(&mut self, device: &wgpu::Device) -> &mut wgpu::ComputePass<'static> {
-        if self.pass.is_none() {
-            let pass = self
+        let pass = match self.pass.take() {
+            Some(pass) => pass,
+            None => self
                 .encoder(device)
                 .begin_compute_pass(&wgpu::ComputePassDescriptor::default())
-                .forget_lifetime();
-            self.pass = Some(pass);
-        }
-        self.pass.as_mut().expect("opened above")
+                .forget_lifetime(),
+        };
+        self.pass.insert(pass)
     }
 
     /// Opens a pass that writes timestamps at its start and end (kernel benchmarks).
@@ -173,6 +171,5 @@ impl Recorder {
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(grid.0, grid.1, grid.2);
-        self.dispatches += 1;
     }
 }
