@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use infer_web::{EngineHandle, ServerState};
+use infer_web::{EngineHandle, Metrics, ServerState};
 
 use crate::model::ModelArgs;
 
@@ -58,6 +58,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| args.model.model.clone());
     let model = args.model;
+    let metrics = Arc::new(Metrics::new(&name)?);
     let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
         move || {
             let (engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
@@ -65,6 +66,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Ok((engine, (tokenizer, backend, max_model_len)))
         },
         args.max_waiting,
+        metrics.clone(),
     )
     .map_err(|e| anyhow!(e))?;
     let state = Arc::new(ServerState::new(
@@ -73,6 +75,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         name,
         max_model_len,
         backend.clone(),
+        metrics,
     ));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -10,6 +10,8 @@ use std::thread::JoinHandle;
 use infer_core::{Engine, EngineStats, Executor, InferError, RequestOutput, SamplingParams};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use crate::metrics::Metrics;
+
 /// What a request's stream receives.
 #[derive(Debug)]
 pub enum Event {
@@ -57,15 +59,19 @@ struct Loop<E: Executor> {
     engine: Engine<E>,
     streams: HashMap<String, tmpsc::UnboundedSender<Event>>,
     max_waiting: usize,
+    metrics: Arc<Metrics>,
+    /// The stats behind the metrics' last update (counters grow by the difference).
+    last_stats: EngineStats,
 }
 
 impl EngineHandle {
     /// Builds the engine on its own thread (so neither it nor its backend has to be `Send`)
     /// and runs it there; `build` also returns what the caller needs back (the tokenizer).
-    /// `max_waiting` bounds the waiting queue (0 = unbounded).
+    /// `max_waiting` bounds the waiting queue (0 = unbounded); `metrics` follow the engine.
     pub fn start<E, T>(
         build: impl FnOnce() -> Result<(Engine<E>, T), String> + Send + 'static,
         max_waiting: usize,
+        metrics: Arc<Metrics>,
     ) -> Result<(Self, T), String>
     where
         E: Executor + 'static,
@@ -86,10 +92,13 @@ impl EngineHandle {
                         return;
                     }
                 };
+                let last_stats = engine.stats();
                 Loop {
                     engine,
                     streams: HashMap::new(),
                     max_waiting,
+                    metrics,
+                    last_stats,
                 }
                 .run(rx)
             })
@@ -169,7 +178,14 @@ impl<E: Executor> Loop<E> {
             if self.engine.has_unfinished() {
                 self.step();
             }
+            self.update_metrics();
         }
+    }
+
+    fn update_metrics(&mut self) {
+        let now = self.engine.stats();
+        self.metrics.record_engine(&now, &self.last_stats);
+        self.last_stats = now;
     }
 
     /// Returns false on shutdown.
@@ -211,7 +227,9 @@ impl<E: Executor> Loop<E> {
     }
 
     fn abort(&mut self, id: &str) {
-        self.engine.abort_request(id);
+        if self.engine.abort_request(id) {
+            self.metrics.record_aborted();
+        }
         self.streams.remove(id);
     }
 
@@ -234,6 +252,7 @@ impl<E: Executor> Loop<E> {
                 for out in outputs {
                     let id = out.request_id.clone();
                     let finished = out.finished();
+                    self.record_if_finished(&out);
                     let delivered = self
                         .streams
                         .get(&id)
@@ -252,10 +271,23 @@ impl<E: Executor> Loop<E> {
         }
     }
 
+    fn record_if_finished(&self, out: &RequestOutput) {
+        let Some(outputs) = &out.outputs else { return };
+        let longest = outputs.iter().map(|o| o.token_ids.len()).max().unwrap_or(0);
+        // The best output's reason stands for the request, as in its response.
+        if let Some(first) = outputs.first() {
+            self.metrics
+                .record_finished(&out.metrics, first.finish_reason, longest);
+        }
+    }
+
     fn abort_all(&mut self, why: &str) {
         for (id, tx) in std::mem::take(&mut self.streams) {
             let _ = tx.send(Event::Failed(why.to_string()));
-            self.engine.abort_request(&id);
+            if self.engine.abort_request(&id) {
+                self.metrics.record_aborted();
+            }
         }
+        self.update_metrics();
     }
 }

@@ -6,6 +6,7 @@ mod chat;
 mod completions;
 pub mod engine_loop;
 pub mod errors;
+pub mod metrics;
 mod routes;
 mod state;
 
@@ -13,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use engine_loop::{EngineHandle, SubmitError};
+pub use metrics::Metrics;
 pub use routes::{routes, MAX_BODY_BYTES};
 pub use state::ServerState;
 

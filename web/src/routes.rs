@@ -1,5 +1,5 @@
 //! The routes: OpenAI's `/v1/*` (behind the API key when one is set), tokenize / detokenize,
-//! health, version. Every rejection becomes an OpenAI error body (`errors::recover`).
+//! health, version, metrics, and the chat page at `/`. Every rejection becomes an OpenAI error body (`errors::recover`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -133,9 +133,47 @@ pub fn routes(
                 Err(e) => ApiError::from(e).into_response(),
             }
         });
+    // Not behind the API key, as in vLLM: scrapers rarely carry one.
+    let metrics = warp::path!("metrics")
+        .and(warp::get())
+        .and(with_state(state.clone()))
+        .map(|s: Arc<ServerState>| {
+            warp::reply::with_header(
+                s.metrics.encode(),
+                "content-type",
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+            .into_response()
+        });
+    // The chat page: static files embedded at compile time (no build step, no file paths).
+    let page = |body: &'static str, kind: &'static str| {
+        move || warp::reply::with_header(body, "content-type", kind).into_response()
+    };
+    let index = warp::path::end().and(warp::get()).map(page(
+        include_str!("../static/index.html"),
+        "text/html; charset=utf-8",
+    ));
+    let script = warp::path!("static" / "chat.js").and(warp::get()).map(page(
+        include_str!("../static/chat.js"),
+        "text/javascript; charset=utf-8",
+    ));
+    let style = warp::path!("static" / "style.css")
+        .and(warp::get())
+        .map(page(
+            include_str!("../static/style.css"),
+            "text/css; charset=utf-8",
+        ));
     let v1 = auth(api_key).and(models.or(completions).unify().or(chat).unify());
     health
         .or(version)
+        .unify()
+        .or(metrics)
+        .unify()
+        .or(index)
+        .unify()
+        .or(script)
+        .unify()
+        .or(style)
         .unify()
         .or(v1)
         .unify()

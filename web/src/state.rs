@@ -11,6 +11,7 @@ use warp::http::StatusCode;
 use crate::api::PromptInput;
 use crate::engine_loop::EngineHandle;
 use crate::errors::ApiError;
+use crate::metrics::Metrics;
 
 pub struct ServerState {
     pub engine: EngineHandle,
@@ -18,6 +19,7 @@ pub struct ServerState {
     pub model_name: String,
     pub max_model_len: usize,
     pub backend: String,
+    pub metrics: Arc<Metrics>,
     next_id: AtomicU64,
     pub started: u64,
 }
@@ -42,6 +44,7 @@ impl ServerState {
         model_name: String,
         max_model_len: usize,
         backend: String,
+        metrics: Arc<Metrics>,
     ) -> Self {
         ServerState {
             engine,
@@ -49,6 +52,7 @@ impl ServerState {
             model_name,
             max_model_len,
             backend,
+            metrics,
             next_id: AtomicU64::new(0),
             started: unix_now(),
         }

@@ -74,6 +74,54 @@ fn models_tokenize_detokenize_health() {
 }
 
 #[test]
+fn chat_page_and_metrics_are_served() {
+    let get = |path: &str| {
+        let r = ureq::get(&url(path)).call().unwrap();
+        let kind = r.header("content-type").unwrap().to_string();
+        (kind, r.into_string().unwrap())
+    };
+    let (kind, html) = get("/");
+    assert!(kind.starts_with("text/html"), "{kind}");
+    assert!(html.contains("/static/chat.js") && html.contains("id=\"temperature\""));
+    let (kind, js) = get("/static/chat.js");
+    assert!(kind.starts_with("text/javascript"), "{kind}");
+    assert!(js.contains("/v1/chat/completions") && js.contains("tok/s"));
+    assert!(get("/static/style.css").0.starts_with("text/css"));
+
+    // One request moves the counters; every vLLM-named family is there.
+    let before = metric("infer:generation_tokens_total");
+    let (status, _) = post(
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true}),
+    );
+    assert_eq!(status, 200);
+    let (kind, text) = get("/metrics");
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    assert!(
+        metric_in(&text, "infer:generation_tokens_total") >= before + 3.0,
+        "{text}"
+    );
+    for family in [
+        "num_requests_running",
+        "num_requests_waiting",
+        "num_requests_swapped",
+        "kv_cache_usage_perc",
+        "prefix_cache_hits_total",
+        "num_preemptions_total",
+        "prompt_tokens_total",
+        "time_to_first_token_seconds",
+        "time_per_output_token_seconds",
+        "e2e_request_latency_seconds",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE infer:{family} ")),
+            "{family} missing:\n{text}"
+        );
+    }
+    assert!(metric_in(&text, "infer:e2e_request_latency_seconds_count") >= 1.0);
+}
+
+#[test]
 fn bad_requests_get_openai_error_bodies() {
     let cases = [
         (

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use infer_core::{Engine, EngineConfig, LlamaExecutor, PreemptionMode, SchedulerConfig};
 use infer_cpu::CpuBackend;
 use infer_tests::smollm2_shared;
-use infer_web::{EngineHandle, ServerState};
+use infer_web::{EngineHandle, Metrics, ServerState};
 use serde_json::Value;
 
 pub const KEY: &str = "sekrit";
@@ -20,10 +20,16 @@ pub struct Server {
 
 /// One server per test binary (with an API key), on its own runtime thread.
 pub fn server() -> &'static Server {
+    server_with(16, 256)
+}
+
+/// The test binary's server; the first call decides its batch size and waiting-queue bound.
+pub fn server_with(max_num_seqs: usize, max_waiting: usize) -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
     S.get_or_init(|| {
         let (model, tokenizer) = smollm2_shared();
         let tok = tokenizer.clone();
+        let metrics = Arc::new(Metrics::new("smol").unwrap());
         let (engine, ()) = EngineHandle::start(
             move || {
                 let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0)
@@ -35,7 +41,7 @@ pub fn server() -> &'static Server {
                     max_model_len: 1024,
                     enable_prefix_caching: true,
                     scheduler: SchedulerConfig {
-                        max_num_seqs: 16,
+                        max_num_seqs,
                         max_num_batched_tokens: 512,
                         preemption_mode: PreemptionMode::Recompute,
                     },
@@ -43,7 +49,8 @@ pub fn server() -> &'static Server {
                 let engine = Engine::new(exec, Some(tok), config).map_err(|e| e.to_string())?;
                 Ok((engine, ()))
             },
-            64,
+            max_waiting,
+            metrics.clone(),
         )
         .unwrap();
         let state = Arc::new(ServerState::new(
@@ -52,6 +59,7 @@ pub fn server() -> &'static Server {
             "smol".into(),
             1024,
             "cpu".into(),
+            metrics,
         ));
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -106,4 +114,50 @@ pub fn stream(body: &Value) -> Vec<String> {
                 .to_string()
         })
         .collect()
+}
+
+/// The sum of a Prometheus metric over its label sets, from `/metrics`.
+pub fn metric(name: &str) -> f64 {
+    let text = ureq::get(&url("/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    metric_in(&text, name)
+}
+
+pub fn metric_in(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .map(|l| {
+            let value = l.rsplit(' ').next().unwrap();
+            value.parse::<f64>().unwrap()
+        })
+        .sum()
+}
+
+/// Waits until no request is running or waiting (by the metrics), then returns the metrics.
+pub fn wait_idle() -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let text = ureq::get(&url("/metrics"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        let busy = metric_in(&text, "infer:num_requests_running")
+            + metric_in(&text, "infer:num_requests_waiting");
+        if busy == 0.0 {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "requests still in flight:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

@@ -1,0 +1,218 @@
+//! Prometheus metrics, named as vLLM names them (`vllm:` becomes `infer:`), so dashboards
+//! built for vLLM work with a prefix change. The engine thread updates them after every loop
+//! iteration; `/metrics` only encodes the registry, so a scrape never waits for a step.
+
+use infer_core::{EngineStats, FinishReason, RequestMetrics};
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// vLLM's buckets for TTFT (seconds).
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// vLLM's buckets for time per output token (seconds).
+const TPOT_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// vLLM's buckets for request latencies (seconds).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+const TOKEN_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    running: IntGauge,
+    waiting: IntGauge,
+    swapped: IntGauge,
+    kv_usage: Gauge,
+    kv_blocks_used: IntGauge,
+    prefix_cache_hits: IntCounter,
+    preemptions: IntCounter,
+    prompt_tokens: IntCounter,
+    generation_tokens: IntCounter,
+    requests_finished: IntCounterVec,
+    ttft: Histogram,
+    tpot: Histogram,
+    e2e: Histogram,
+    queue_time: Histogram,
+    prompt_lens: Histogram,
+    output_lens: Histogram,
+}
+
+/// Metric registration failed: only a programming error (a duplicate or invalid name).
+#[derive(Debug, thiserror::Error)]
+#[error("registering metrics: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+impl Metrics {
+    /// Every metric carries `model_name`, as vLLM's do.
+    pub fn new(model_name: &str) -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let opts = |name: &str, help: &str| {
+            Opts::new(format!("infer:{name}"), help).const_label("model_name", model_name)
+        };
+        let hist = |name: &str, help: &str, buckets: &[f64]| {
+            let o = opts(name, help);
+            let h = Histogram::with_opts(HistogramOpts::from(o).buckets(buckets.to_vec()))?;
+            registry.register(Box::new(h.clone()))?;
+            Ok::<_, prometheus::Error>(h)
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::with_opts(opts(name, help))?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, prometheus::Error>(g)
+        };
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::with_opts(opts(name, help))?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, prometheus::Error>(c)
+        };
+        let kv_usage = Gauge::with_opts(opts(
+            "kv_cache_usage_perc",
+            "Fraction of device KV-cache blocks in use (1 = full).",
+        ))?;
+        registry.register(Box::new(kv_usage.clone()))?;
+        let requests_finished = IntCounterVec::new(
+            opts(
+                "request_success_total",
+                "Finished requests by reason: stop, length, or abort (client gone / shutdown).",
+            ),
+            &["finished_reason"],
+        )?;
+        registry.register(Box::new(requests_finished.clone()))?;
+        Ok(Metrics {
+            running: gauge(
+                "num_requests_running",
+                "Requests with sequences in the running queue.",
+            )?,
+            waiting: gauge("num_requests_waiting", "Requests waiting to be scheduled.")?,
+            swapped: gauge(
+                "num_requests_swapped",
+                "Requests swapped out to host memory.",
+            )?,
+            kv_usage,
+            kv_blocks_used: gauge(
+                "kv_cache_blocks_used",
+                "Distinct device KV blocks referenced by live sequences.",
+            )?,
+            prefix_cache_hits: counter(
+                "prefix_cache_hits_total",
+                "Prompt tokens whose KV came from the prefix cache.",
+            )?,
+            preemptions: counter("num_preemptions_total", "Sequence groups preempted.")?,
+            prompt_tokens: counter(
+                "prompt_tokens_total",
+                "Prompt tokens computed (recomputation after preemption included).",
+            )?,
+            generation_tokens: counter("generation_tokens_total", "Tokens generated.")?,
+            requests_finished,
+            ttft: hist(
+                "time_to_first_token_seconds",
+                "Arrival to first generated token.",
+                TTFT_BUCKETS,
+            )?,
+            tpot: hist(
+                "time_per_output_token_seconds",
+                "Mean time between output tokens of a request after its first.",
+                TPOT_BUCKETS,
+            )?,
+            e2e: hist(
+                "e2e_request_latency_seconds",
+                "Arrival to last token.",
+                LATENCY_BUCKETS,
+            )?,
+            queue_time: hist(
+                "request_queue_time_seconds",
+                "Arrival to first scheduled.",
+                LATENCY_BUCKETS,
+            )?,
+            prompt_lens: hist(
+                "request_prompt_tokens",
+                "Prompt length of finished requests.",
+                TOKEN_BUCKETS,
+            )?,
+            output_lens: hist(
+                "request_generation_tokens",
+                "Generated tokens of finished requests (all sequences).",
+                TOKEN_BUCKETS,
+            )?,
+            registry,
+        })
+    }
+
+    /// Gauges from the engine's live state; counters by the growth since `last`.
+    pub fn record_engine(&self, now: &EngineStats, last: &EngineStats) {
+        self.running.set(now.num_running as i64);
+        self.waiting.set(now.num_waiting as i64);
+        self.swapped.set(now.num_swapped as i64);
+        self.kv_usage.set(now.kv_usage);
+        self.kv_blocks_used.set(now.kv_blocks_physical as i64);
+        let grow = |c: &IntCounter, now: u64, last: u64| c.inc_by(now.saturating_sub(last));
+        grow(
+            &self.prefix_cache_hits,
+            now.prefix_cache_hit_tokens,
+            last.prefix_cache_hit_tokens,
+        );
+        grow(&self.preemptions, now.preemptions, last.preemptions);
+        grow(
+            &self.prompt_tokens,
+            now.prompt_tokens_computed,
+            last.prompt_tokens_computed,
+        );
+        grow(
+            &self.generation_tokens,
+            now.output_tokens,
+            last.output_tokens,
+        );
+    }
+
+    /// A request aborted before it finished (client gone, shutdown, engine error).
+    pub fn record_aborted(&self) {
+        self.requests_finished.with_label_values(&["abort"]).inc();
+    }
+
+    /// A finished request's latencies. `longest` is its longest sequence's token count: the
+    /// number of decode steps behind TPOT (n > 1 sequences share steps).
+    pub fn record_finished(&self, m: &RequestMetrics, reason: FinishReason, longest: usize) {
+        let label = match reason {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        };
+        self.requests_finished.with_label_values(&[label]).inc();
+        if let Some(t) = m.ttft() {
+            self.ttft.observe(t.as_secs_f64());
+        }
+        if let (Some(first), Some(end)) = (m.first_token, m.finished) {
+            if longest > 1 {
+                let per = (end - first).as_secs_f64() / (longest - 1) as f64;
+                self.tpot.observe(per);
+            }
+        }
+        if let Some(l) = m.latency() {
+            self.e2e.observe(l.as_secs_f64());
+        }
+        if let Some(s) = m.first_scheduled {
+            self.queue_time.observe((s - m.arrival).as_secs_f64());
+        }
+        self.prompt_lens.observe(m.num_prompt_tokens as f64);
+        self.output_lens.observe(m.num_output_tokens as f64);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec fails only on metric families the registry cannot produce.
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::error!(error = %e, "encoding metrics");
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+}
