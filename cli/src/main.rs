@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (streamed) or from a JSONL file of prompts (batched).
     Generate(generate::GenerateArgs),
-    /// OpenAI-compatible HTTP server (completions, models, tokenize, health).
+    /// OpenAI-compatible HTTP server (completions, chat, models, tokenize, metrics, chat page at /).
     Serve(serve::ServeArgs),
     /// Benchmarks.
     #[command(subcommand)]

@@ -77,7 +77,8 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
         let usage = req.sampling.include_usage();
         return Ok(sse_reply(chat_stream(state, id, events, params.n, usage)));
     }
-    let (outputs, prompt_tokens) = finish(events).await?;
+    let done = finish(events).await?;
+    let (outputs, prompt_tokens) = (done.outputs, done.prompt_len);
     let completion_tokens = outputs.iter().map(|o| o.token_ids.len()).sum();
     let choices: Vec<Value> = outputs
         .iter()

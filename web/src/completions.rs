@@ -16,34 +16,61 @@ use crate::state::{finish_reason, unix_now, ServerState};
 
 const OBJECT: &str = "text_completion";
 
-/// OpenAI's legacy completion logprobs: tokens, their logprobs, top alternatives and offsets.
-fn completion_logprobs(state: &ServerState, lps: &[TokenLogprobs], start_offset: usize) -> Value {
+/// OpenAI's legacy completion logprobs: tokens, their logprobs, top alternatives and text
+/// offsets. With `echo`, the prompt's tokens come first (the first has no logprob), as
+/// lm-evaluation-harness's loglikelihood requests read them.
+fn completion_logprobs(
+    state: &ServerState,
+    prompt: &[Option<TokenLogprobs>],
+    prompt_ids: &[u32],
+    generated: &[TokenLogprobs],
+) -> Value {
     let piece = |id: u32| state.tokenizer.decode(&[id], false).unwrap_or_default();
-    let mut offset = start_offset;
+    let mut offset = 0;
     let (mut tokens, mut logprobs, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
-    for lp in lps {
-        let text = piece(lp.token_id);
+    let mut push = |id: u32, lp: Option<&TokenLogprobs>| {
+        let text = piece(id);
         offsets.push(offset);
         offset += text.len();
         tokens.push(text);
-        logprobs.push(lp.logprob);
-        let top: serde_json::Map<String, Value> = lp
-            .top_logprobs
-            .iter()
-            .map(|t| (piece(t.token_id), json!(t.logprob)))
-            .collect();
-        tops.push(Value::Object(top));
+        logprobs.push(lp.map_or(Value::Null, |l| json!(l.logprob)));
+        let top = lp.map_or(Value::Null, |l| {
+            let top: serde_json::Map<String, Value> = l
+                .top_logprobs
+                .iter()
+                .map(|t| (piece(t.token_id), json!(t.logprob)))
+                .collect();
+            Value::Object(top)
+        });
+        tops.push(top);
+    };
+    for (i, &id) in prompt_ids.iter().enumerate() {
+        push(id, prompt.get(i).and_then(Option::as_ref));
+    }
+    for lp in generated {
+        push(lp.token_id, Some(lp));
     }
     json!({"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets})
 }
 
+/// A request's last output.
+pub struct Finished {
+    pub outputs: Vec<CompletionOutput>,
+    pub prompt_len: usize,
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
+}
+
 /// Waits for a request's last output.
-pub async fn finish(mut events: Events) -> Result<(Vec<CompletionOutput>, usize), ApiError> {
+pub async fn finish(mut events: Events) -> Result<Finished, ApiError> {
     while let Some(ev) = events.recv().await {
         match ev {
             Event::Output(out) => {
                 if let Some(outputs) = out.outputs {
-                    return Ok((outputs, out.metrics.num_prompt_tokens));
+                    return Ok(Finished {
+                        outputs,
+                        prompt_len: out.metrics.num_prompt_tokens,
+                        prompt_logprobs: out.prompt_logprobs,
+                    });
                 }
             }
             Event::Failed(why) => {
@@ -70,10 +97,17 @@ pub async fn handle(state: Arc<ServerState>, req: CompletionRequest) -> Response
 async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response, ApiError> {
     state.check_model(req.model.as_deref())?;
     let prompts = state.encode_prompts(&req.prompt)?;
-    let max_tokens = Some(req.max_tokens.unwrap_or(16));
     if req.echo && req.sampling.stream {
         return Err(ApiError::bad_request("`echo` with `stream` is not supported").param("echo"));
     }
+    // `echo` with `max_tokens: 0` scores the prompt alone: the engine generates one token
+    // (prompt logprobs come with the first) and the reply drops it.
+    let prompt_only = req.echo && req.max_tokens == Some(0);
+    let max_tokens = Some(if prompt_only {
+        1
+    } else {
+        req.max_tokens.unwrap_or(16)
+    });
     let mut params = req.sampling.to_params(max_tokens, req.logprobs)?;
     if req.echo && req.logprobs.is_some() {
         params.prompt_logprobs = req.logprobs;
@@ -99,27 +133,31 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
     }
     let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
     for (i, events) in streams.into_iter().enumerate() {
-        let (outputs, prompt_len) = finish(events).await?;
-        prompt_tokens += prompt_len;
-        let prompt_text = if req.echo {
-            state
-                .tokenizer
-                .decode(&prompts[i], false)
-                .map_err(ApiError::from)?
+        let done = finish(events).await?;
+        prompt_tokens += done.prompt_len;
+        let (prompt_text, prompt_ids) = if req.echo {
+            let text = state.tokenizer.decode(&prompts[i], false);
+            (text.map_err(ApiError::from)?, &prompts[i][..])
         } else {
-            String::new()
+            (String::new(), &[][..])
         };
-        for o in outputs {
+        let prompt_lps = done.prompt_logprobs.unwrap_or_default();
+        for mut o in done.outputs {
+            if prompt_only {
+                o.text.clear();
+                o.token_ids.clear();
+                o.logprobs = o.logprobs.map(|_| Vec::new());
+            }
             completion_tokens += o.token_ids.len();
             let logprobs = o
                 .logprobs
                 .as_ref()
-                .map(|lps| completion_logprobs(&state, lps, prompt_text.len()));
+                .map(|lps| completion_logprobs(&state, &prompt_lps, prompt_ids, lps));
             choices.push(json!({
                 "index": i * n + o.index,
                 "text": format!("{prompt_text}{}", o.text),
                 "logprobs": logprobs,
-                "finish_reason": finish_reason(o.finish_reason),
+                "finish_reason": if prompt_only { "length" } else { finish_reason(o.finish_reason) },
                 "stop_reason": o.stop_reason.as_ref().map(|s| format!("{s:?}")),
             }));
         }
@@ -230,7 +268,7 @@ fn sse_stream(
                             json!({
                                 "index": i * n + d.index,
                                 "text": d.text_delta,
-                                "logprobs": (!d.logprobs.is_empty()).then(|| completion_logprobs(&st, &d.logprobs, 0)),
+                                "logprobs": (!d.logprobs.is_empty()).then(|| completion_logprobs(&st, &[], &[], &d.logprobs)),
                                 "finish_reason": d.finish_reason.map(finish_reason),
                             })
                         })

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The Python suite: the official `openai` client against `infer serve` (tests/openai_client).
+# Builds the binary if needed and keeps its virtual environment under target/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=target/openai-venv
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/openai_client/requirements.txt
+cargo build --release --bin infer
+INFER_BIN=target/release/infer "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/openai_client

@@ -1,0 +1,54 @@
+"""Starts `infer serve` on SmolLM2 (CPU backend, a free port, an API key) once per session and
+hands tests an official `openai` client pointed at it."""
+
+import os
+import pathlib
+import subprocess
+import threading
+
+import openai
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+KEY = "test-key"
+MODEL = "smol"
+# Small on purpose: the context check (prompt + max_tokens) is tested against it.
+MAX_MODEL_LEN = 512
+
+
+def binary() -> str:
+    path = pathlib.Path(os.environ.get("INFER_BIN", ROOT / "target" / "release" / "infer"))
+    if not path.exists():
+        pytest.exit(f"{path} not found: build it with `cargo build --release --bin infer`", 2)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def server():
+    model = os.environ.get("INFER_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    args = [
+        binary(), "serve", "--model", model, "--port", "0", "--api-key", KEY,
+        "--served-model-name", MODEL, "--max-model-len", str(MAX_MODEL_LEN),
+        "--num-kv-blocks", "256", "--max-num-seqs", "16",
+    ]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    url, seen = None, []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("infer serve: "):
+            url = line.split()[2]
+            break
+    if url is None:
+        proc.kill()
+        pytest.exit("infer serve did not start:\n" + "".join(seen[-20:]), 2)
+    # Keep draining stderr so the server never blocks on a full pipe.
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    yield url
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0, "infer serve did not exit cleanly on SIGTERM"
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=120)
