@@ -1,5 +1,5 @@
 //! `infer serve` as a process: it binds (port 0 = a free one), says where on stderr, answers a
-//! completion, and exits cleanly on SIGTERM.
+//! completion and `infer bench serve`'s load, and exits cleanly on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -45,6 +45,51 @@ fn serve_answers_then_shuts_down_on_sigterm() {
         v["choices"][0]["text"].as_str().unwrap().contains("Paris"),
         "{v}"
     );
+
+    // `infer bench serve` against it: every request completes with exactly the asked
+    // lengths, and the figures are vLLM's keys.
+    let bench = Command::new(env!("CARGO_BIN_EXE_infer"))
+        .args([
+            "bench",
+            "serve",
+            "--url",
+            &url,
+            "--num-prompts",
+            "6",
+            "--input-len",
+            "12",
+        ])
+        .args([
+            "--output-len",
+            "5",
+            "--max-concurrency",
+            "3",
+            "--request-rate",
+            "50",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&bench.stdout);
+    assert!(
+        bench.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["completed"], 6, "{report}");
+    assert_eq!(report["failed"], 0);
+    assert_eq!(report["total_input_tokens"], 6 * 12);
+    assert_eq!(report["total_output_tokens"], 6 * 5);
+    for key in [
+        "median_ttft_ms",
+        "median_tpot_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+    ] {
+        assert!(report[key].as_f64().unwrap() > 0.0, "{key}: {report}");
+    }
+    assert!(report["request_throughput"].as_f64().unwrap() > 0.0);
 
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

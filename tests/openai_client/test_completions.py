@@ -81,6 +81,16 @@ def test_echo_with_logprobs_scores_the_prompt(client):
     assert a.choices[0].logprobs.token_logprobs[:5] == b.choices[0].logprobs.token_logprobs[:5]
 
 
+def test_echo_json_and_streamed(client):
+    whole = complete(client, max_tokens=5, temperature=0, echo=True)
+    assert whole.choices[0].text.startswith(PROMPT)
+    plain = complete(client, max_tokens=5, temperature=0)
+    assert whole.choices[0].text == PROMPT + plain.choices[0].text
+    chunks = list(complete(client, max_tokens=5, temperature=0, echo=True, stream=True))
+    assert chunks[0].choices[0].text == PROMPT
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+
+
 def test_stop_string_cuts_the_text(client):
     full = complete(client, max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
     text = full.choices[0].text

@@ -97,8 +97,11 @@ pub async fn handle(state: Arc<ServerState>, req: CompletionRequest) -> Response
 async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response, ApiError> {
     state.check_model(req.model.as_deref())?;
     let prompts = state.encode_prompts(&req.prompt)?;
-    if req.echo && req.sampling.stream {
-        return Err(ApiError::bad_request("`echo` with `stream` is not supported").param("echo"));
+    if req.echo && req.sampling.stream && req.logprobs.is_some() {
+        return Err(ApiError::bad_request(
+            "`echo` with `logprobs` is not supported when streaming; send `stream: false`",
+        )
+        .param("echo"));
     }
     // `echo` with `max_tokens: 0` scores the prompt alone: the engine generates one token
     // (prompt logprobs come with the first) and the reply drops it.
@@ -129,7 +132,18 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
     let n = params.n;
     if req.sampling.stream {
         let usage = req.sampling.include_usage();
-        return Ok(sse_reply(sse_stream(state.clone(), id, streams, n, usage)));
+        // `echo` streams each choice's prompt text first, as vLLM does.
+        let mut echoed = Vec::new();
+        for (i, p) in prompts.iter().enumerate().filter(|_| req.echo) {
+            let text = state.tokenizer.decode(p, false).map_err(ApiError::from)?;
+            echoed.extend((0..n).map(|j| json!({"index": i * n + j, "text": text, "logprobs": null, "finish_reason": null})));
+        }
+        let head: Vec<_> = echoed
+            .into_iter()
+            .map(|c| sse_data(&chunk(&state, &id, OBJECT, json!([c]), None).to_string()))
+            .collect();
+        let body = sse_stream(state.clone(), id, streams, n, usage);
+        return Ok(sse_reply(stream::iter(head).chain(body)));
     }
     let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
     for (i, events) in streams.into_iter().enumerate() {

@@ -139,6 +139,7 @@ async function send(text) {
   const decode = first && tokens > 1 ? ((tokens - 1) / ((performance.now() - first) / 1000)).toFixed(1) : "–";
   const n = usage?.completion_tokens ?? tokens;
   setMeta(reply, `${n} tokens · first token ${ttft} s · ${decode} tok/s · ${finish ?? "?"}`);
+  $("stats").textContent = `${n} tokens · ${decode} tok/s`;
   $("prompt").focus();
 }
 

@@ -1,10 +1,13 @@
 //! `infer bench`: throughput (many requests through the engine), latency (a batch at a time),
-//! the engine's own per-step overhead without a model, and GPU kernels one by one. Figures are medians and
+//! the engine's own per-step overhead without a model, GPU kernels one by one, and a running
+//! server under load. Figures are medians and
 //! percentiles, since these machines are shared and noisy.
 
 mod kernels;
 mod latency;
 mod overhead;
+mod serve;
+mod serve_client;
 mod throughput;
 
 use anyhow::Result;
@@ -24,6 +27,9 @@ pub enum BenchCommand {
     Overhead(overhead::OverheadArgs),
     /// Each GPU kernel at the default model's shapes: time, GFLOP/s, GB/s.
     Kernels(kernels::KernelsArgs),
+    /// Load on a running server (`infer serve` or any OpenAI-compatible one): TTFT, TPOT,
+    /// ITL, end-to-end latency and throughput (like vLLM's benchmark_serving).
+    Serve(serve::ServeBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
@@ -32,6 +38,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Latency(a) => latency::run(a),
         BenchCommand::Overhead(a) => overhead::run(a),
         BenchCommand::Kernels(a) => kernels::run(a),
+        BenchCommand::Serve(a) => serve::run(a),
     }
 }
 
