@@ -98,14 +98,7 @@ fn sixty_four_streaming_clients_get_the_single_request_outputs_and_leave_no_bloc
     }
     assert_eq!(served, CLIENTS * REQUESTS_PER_CLIENT);
 
-    let text = wait_idle();
-    assert_eq!(
-        metric_in(&text, "infer:kv_cache_blocks_used"),
-        0.0,
-        "{text}"
-    );
-    assert_eq!(metric_in(&text, "infer:kv_cache_usage_perc"), 0.0, "{text}");
-    assert_eq!(metric_in(&text, "infer:num_requests_swapped"), 0.0);
+    let text = wait_idle_and_empty();
     assert_eq!(
         metric_in(&text, "infer:request_success_total") - before,
         served as f64,

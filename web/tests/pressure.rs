@@ -66,13 +66,7 @@ fn a_client_that_disconnects_mid_stream_frees_its_request() {
     assert!(metric("infer:kv_cache_blocks_used") > 0.0);
     drop(lines);
 
-    let text = wait_idle();
-    assert_eq!(
-        metric_in(&text, "infer:kv_cache_blocks_used"),
-        0.0,
-        "{text}"
-    );
-    assert_eq!(metric_in(&text, "infer:kv_cache_usage_perc"), 0.0, "{text}");
+    let text = wait_idle_and_empty();
     let aborted = "infer:request_success_total{finished_reason=\"abort\",model_name=\"smol\"}";
     assert_eq!(metric_in(&text, aborted) - before, 1.0, "{text}");
     // The engine agrees with its metrics.

@@ -161,3 +161,20 @@ pub fn wait_idle() -> String {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// `wait_idle`, then checks that no KV block is held (none leaked); returns the metrics.
+pub fn wait_idle_and_empty() -> String {
+    let text = wait_idle();
+    assert_eq!(
+        metric_in(&text, "infer:kv_cache_blocks_used"),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(metric_in(&text, "infer:kv_cache_usage_perc"), 0.0, "{text}");
+    assert_eq!(
+        metric_in(&text, "infer:num_requests_swapped"),
+        0.0,
+        "{text}"
+    );
+    text
+}
