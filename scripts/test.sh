@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh
+# NVRTC lets the CUDA kernels' compile test run here; with no libcuda the GPU tests skip.
+NVRTC_LIB=$(scripts/fetch-nvrtc.sh)
+export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo test --workspace --release

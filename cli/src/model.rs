@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use infer_core::{open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, Tokenizer};
 use infer_cpu::CpuBackend;
+use infer_cuda::CudaBackend;
 use infer_wgpu::{WeightStorage, WgpuBackend};
 
 use crate::engine_args::EngineArgs;
@@ -33,6 +34,15 @@ pub enum WgpuWeights {
     /// Half the memory and bandwidth of f32 (packed pairs: no SHADER_F16 needed).
     F16,
     /// Exact dequantized values (the CPU reference path bit for bit in the weights).
+    F32,
+}
+
+/// How the CUDA backend stores weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CudaWeights {
+    /// f16 on tensor cores with f32 accumulation (cuBLAS).
+    F16,
+    /// Exact dequantized values, f32 GEMMs (the reference path).
     F32,
 }
 
@@ -116,6 +126,11 @@ pub struct ModelArgs {
     pub cpu_weights: CpuWeights,
     #[arg(long, value_enum, default_value = "f16")]
     pub wgpu_weights: WgpuWeights,
+    #[arg(long, value_enum, default_value = "f16")]
+    pub cuda_weights: CudaWeights,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub cuda_device: usize,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -141,7 +156,11 @@ impl ModelArgs {
                 self.engine_on(backend)
             }
             BackendKind::Cuda => {
-                bail!("the CUDA backend is not available in this build yet; use --backend cpu or wgpu")
+                let weights = match self.cuda_weights {
+                    CudaWeights::F16 => infer_cuda::CudaWeights::F16,
+                    CudaWeights::F32 => infer_cuda::CudaWeights::F32,
+                };
+                self.engine_on(CudaBackend::new(self.cuda_device, weights)?)
             }
         }
     }

@@ -116,5 +116,32 @@ fn unknown_adapter_and_missing_backend_are_clear_errors() {
         e.contains("no-such-gpu-anywhere") && e.contains("adapters seen"),
         "{e}"
     );
-    assert!(run("cuda", &[]).contains("CUDA backend is not available"));
+    if infer_cuda::check_libraries().is_ok() {
+        eprintln!("SKIPPED the no-CUDA case: the CUDA libraries are present");
+        return;
+    }
+    let e = run("cuda", &[]);
+    assert!(
+        e.contains("CUDA backend unavailable: libcuda.so not found"),
+        "{e}"
+    );
+    // `serve` fails the same way, before binding anything.
+    let out = infer(
+        &[
+            "serve",
+            "--model",
+            &model,
+            "--backend",
+            "cuda",
+            "--port",
+            "0",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("CUDA backend unavailable") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
 }

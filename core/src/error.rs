@@ -53,6 +53,11 @@ pub enum InferError {
     Hub(String),
     #[error("KV cache: {0}")]
     KvCache(String),
+    #[error("{backend} backend unavailable: {reason}")]
+    BackendUnavailable {
+        backend: &'static str,
+        reason: String,
+    },
     #[error("{backend} backend: {message}")]
     Backend {
         backend: &'static str,

@@ -5,259 +5,52 @@
 
 mod common;
 
-use common::*;
-use infer_core::{AttentionParams, Backend, BatchInput, KvCacheSpec, RopeStyle};
+use common::gpu;
+use infer_tests::conformance::{check_attention, check_block_copies, check_rope};
 use infer_wgpu::WeightStorage;
 use proptest::prelude::*;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-
-fn check_rope(seqs: &[(usize, usize)], heads: usize, head_dim: usize, seed: u64) {
-    let (g, c) = (gpu(WeightStorage::F32), cpu());
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (b, _) = batch(&mut rng, seqs, 4, 100);
-    let max_len = seqs.iter().map(|&(d, n)| d + n).max().unwrap_or(1);
-    let table = random(&mut rng, max_len * head_dim);
-    let shape = [b.num_tokens(), heads * head_dim];
-    let x = random(&mut rng, shape[0] * shape[1]);
-    for style in [RopeStyle::AdjacentPairs, RopeStyle::HalfSplit] {
-        let mut want = up(&c, &shape, &x);
-        let cos_sin = up(&c, &[max_len, head_dim], &table);
-        c.rope(
-            &mut want,
-            &c.upload_batch(&b).unwrap(),
-            &cos_sin,
-            head_dim,
-            style,
-        )
-        .unwrap();
-        let mut got = up(&g, &shape, &x);
-        let cos_sin = up(&g, &[max_len, head_dim], &table);
-        g.rope(
-            &mut got,
-            &g.upload_batch(&b).unwrap(),
-            &cos_sin,
-            head_dim,
-            style,
-        )
-        .unwrap();
-        assert_close(
-            &format!("rope {style:?}"),
-            &host(&g, &got),
-            &host(&c, &want),
-            1e-5,
-        );
-    }
-}
-
-/// Writes random K/V for every position of each sequence into both caches (through
-/// `write_kv`, at the batch's slot mapping), then compares attention of `seqs`' new tokens.
-fn check_attention(
-    seqs: &[(usize, usize)],
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    block_size: usize,
-    seed: u64,
-) {
-    let (g, c) = (gpu(WeightStorage::F32), cpu());
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (b, num_blocks) = batch(&mut rng, seqs, block_size, 100);
-    let spec = KvCacheSpec {
-        num_layers: 2,
-        num_blocks,
-        block_size,
-        num_kv_heads: kv_heads,
-        head_dim,
-    };
-    let mut gc = g.alloc_kv_cache(&spec).unwrap();
-    let mut cc = c.alloc_kv_cache(&spec).unwrap();
-    // The whole context of each sequence, laid out on the same tables.
-    let mut full = b.clone();
-    full.token_ids.clear();
-    full.positions.clear();
-    full.slot_mapping.clear();
-    full.query_start = vec![0];
-    for (s, &len) in b.context_lens.iter().enumerate() {
-        let table = b.block_table(s).to_vec();
-        for p in 0..len as usize {
-            full.token_ids.push(0);
-            full.positions.push(p as u32);
-            full.slot_mapping
-                .push(table[p / block_size] * block_size as u32 + (p % block_size) as u32);
-        }
-        full.query_start.push(full.token_ids.len() as u32);
-    }
-    full.logits_indices.clear();
-    let row = kv_heads * head_dim;
-    let kv_shape = [full.num_tokens(), row];
-    let (gf, cf) = (
-        g.upload_batch(&full).unwrap(),
-        c.upload_batch(&full).unwrap(),
-    );
-    for layer in 0..2 {
-        let k = random(&mut rng, kv_shape[0] * row);
-        let v = random(&mut rng, kv_shape[0] * row);
-        g.write_kv(
-            &mut gc,
-            layer,
-            &up(&g, &kv_shape, &k),
-            &up(&g, &kv_shape, &v),
-            &gf,
-        )
-        .unwrap();
-        c.write_kv(
-            &mut cc,
-            layer,
-            &up(&c, &kv_shape, &k),
-            &up(&c, &kv_shape, &v),
-            &cf,
-        )
-        .unwrap();
-    }
-    let params = AttentionParams {
-        num_heads: heads,
-        num_kv_heads: kv_heads,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-    };
-    let q_shape = [b.num_tokens(), heads * head_dim];
-    let q = random(&mut rng, q_shape[0] * q_shape[1]);
-    let (gb, cb) = (g.upload_batch(&b).unwrap(), c.upload_batch(&b).unwrap());
-    let what = format!("paged_attention {seqs:?} h{heads}/{kv_heads} d{head_dim} bs{block_size}");
-    for layer in 0..2 {
-        let got = g
-            .paged_attention(&up(&g, &q_shape, &q), &gc, layer, &gb, &params)
-            .unwrap();
-        let want = c
-            .paged_attention(&up(&c, &q_shape, &q), &cc, layer, &cb, &params)
-            .unwrap();
-        assert_close(&what, &host(&g, &got), &host(&c, &want), 1e-4);
-    }
-
-    // Swap every block out to reversed host blocks and back into a fresh cache: attention over
-    // it still equals the CPU's after the same moves.
-    let host_spec = KvCacheSpec { num_blocks, ..spec };
-    let mut gs = g.alloc_swap_space(&host_spec).unwrap();
-    let mut cs = c.alloc_swap_space(&host_spec).unwrap();
-    let out: Vec<(u32, u32)> = (0..num_blocks as u32)
-        .map(|i| (i, num_blocks as u32 - 1 - i))
-        .collect();
-    g.swap_out(&gc, &mut gs, &out).unwrap();
-    c.swap_out(&cc, &mut cs, &out).unwrap();
-    let back: Vec<(u32, u32)> = out.iter().map(|&(d, h)| (h, d)).collect();
-    let mut gc2 = g.alloc_kv_cache(&spec).unwrap();
-    let mut cc2 = c.alloc_kv_cache(&spec).unwrap();
-    g.swap_in(&gs, &mut gc2, &back).unwrap();
-    c.swap_in(&cs, &mut cc2, &back).unwrap();
-    let got = g
-        .paged_attention(&up(&g, &q_shape, &q), &gc2, 1, &gb, &params)
-        .unwrap();
-    let want = c
-        .paged_attention(&up(&c, &q_shape, &q), &cc2, 1, &cb, &params)
-        .unwrap();
-    assert_close(
-        &format!("{what} after swap"),
-        &host(&g, &got),
-        &host(&c, &want),
-        1e-4,
-    );
-}
-
-/// Copy-on-write block copies: a sequence whose blocks were copied elsewhere attends the same.
-fn check_block_copies(seed: u64) {
-    let (g, c) = (gpu(WeightStorage::F32), cpu());
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (b, num_blocks) = batch(&mut rng, &[(9, 1), (4, 2)], 4, 100);
-    let spec = KvCacheSpec {
-        num_layers: 1,
-        num_blocks: 2 * num_blocks,
-        block_size: 4,
-        num_kv_heads: 1,
-        head_dim: 8,
-    };
-    let mut gc = g.alloc_kv_cache(&spec).unwrap();
-    let mut cc = c.alloc_kv_cache(&spec).unwrap();
-    let slots = [spec.num_blocks * 4, 8];
-    let k = random(&mut rng, slots[0] * slots[1]);
-    let v = random(&mut rng, slots[0] * slots[1]);
-    let mut all = BatchInput {
-        block_size: 4,
-        ..Default::default()
-    };
-    all.slot_mapping = (0..slots[0] as u32).collect();
-    all.token_ids = vec![0; slots[0]];
-    all.positions = vec![0; slots[0]];
-    all.query_start = vec![0, slots[0] as u32];
-    all.context_lens = vec![1];
-    all.block_tables = vec![0];
-    all.max_blocks_per_seq = 1;
-    let (ga, ca) = (g.upload_batch(&all).unwrap(), c.upload_batch(&all).unwrap());
-    g.write_kv(&mut gc, 0, &up(&g, &slots, &k), &up(&g, &slots, &v), &ga)
-        .unwrap();
-    c.write_kv(&mut cc, 0, &up(&c, &slots, &k), &up(&c, &slots, &v), &ca)
-        .unwrap();
-    // Move every block of the batch to block + num_blocks, then point the tables there.
-    let copies: Vec<(u32, u32)> = (0..num_blocks as u32)
-        .map(|i| (i, i + num_blocks as u32))
-        .collect();
-    g.copy_blocks(&mut gc, &copies).unwrap();
-    c.copy_blocks(&mut cc, &copies).unwrap();
-    let mut moved = b.clone();
-    for t in &mut moved.block_tables {
-        *t += num_blocks as u32;
-    }
-    let params = AttentionParams {
-        num_heads: 2,
-        num_kv_heads: 1,
-        head_dim: 8,
-        scale: 0.3,
-    };
-    let q_shape = [b.num_tokens(), 16];
-    let q = random(&mut rng, q_shape[0] * 16);
-    let want = c
-        .paged_attention(
-            &up(&c, &q_shape, &q),
-            &cc,
-            0,
-            &c.upload_batch(&b).unwrap(),
-            &params,
-        )
-        .unwrap();
-    let got = g
-        .paged_attention(
-            &up(&g, &q_shape, &q),
-            &gc,
-            0,
-            &g.upload_batch(&moved).unwrap(),
-            &params,
-        )
-        .unwrap();
-    assert_close(
-        "attention over copied blocks",
-        &host(&g, &got),
-        &host(&c, &want),
-        1e-4,
-    );
-}
 
 #[test]
 fn rope_both_layouts_match_the_cpu() {
-    check_rope(&[(0, 5), (7, 1), (30, 3)], 3, 8, 2);
-    check_rope(&[(0, 1)], 1, 64, 3);
+    check_rope(
+        &gpu(WeightStorage::F32),
+        &[(0, 5), (7, 1), (30, 3)],
+        3,
+        8,
+        2,
+    );
+    check_rope(&gpu(WeightStorage::F32), &[(0, 1)], 1, 64, 3);
 }
 
 #[test]
 fn paged_attention_matches_the_cpu_across_partitions() {
     // Decode tokens, a prefill chunk after cached context, GQA, and a context longer than one
     // 512-key partition.
-    check_attention(&[(5, 1), (0, 7), (13, 4)], 4, 2, 16, 4, 4);
-    check_attention(&[(700, 1), (600, 3)], 2, 1, 32, 16, 5);
+    check_attention(
+        &gpu(WeightStorage::F32),
+        &[(5, 1), (0, 7), (13, 4)],
+        4,
+        2,
+        16,
+        4,
+        4,
+        1e-4,
+    );
+    check_attention(
+        &gpu(WeightStorage::F32),
+        &[(700, 1), (600, 3)],
+        2,
+        1,
+        32,
+        16,
+        5,
+        1e-4,
+    );
 }
 
 #[test]
 fn copied_blocks_attend_like_the_originals() {
-    check_block_copies(6);
+    check_block_copies(&gpu(WeightStorage::F32), 6, 1e-4);
 }
 
 proptest! {
@@ -272,7 +65,7 @@ proptest! {
         block_size in prop::sample::select(vec![1usize, 3, 4, 16]),
         seed in any::<u64>(),
     ) {
-        check_attention(&seqs, kv_heads * group, kv_heads, head_dim, block_size, seed);
+        check_attention(&gpu(WeightStorage::F32), &seqs, kv_heads * group, kv_heads, head_dim, block_size, seed, 1e-4);
     }
 
     #[test]
@@ -282,6 +75,6 @@ proptest! {
         half_dim in 1usize..33,
         seed in any::<u64>(),
     ) {
-        check_rope(&seqs, heads, half_dim * 2, seed);
+        check_rope(&gpu(WeightStorage::F32), &seqs, heads, half_dim * 2, seed);
     }
 }

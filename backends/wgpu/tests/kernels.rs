@@ -226,3 +226,16 @@ proptest! {
         check_embedding_and_gather(vocab, hidden4 * 4, &seqs, storage, split, seed);
     }
 }
+
+/// The shared conformance checks (which the CUDA tests use too) pass on wgpu.
+#[test]
+fn shared_conformance_checks_pass() {
+    use infer_tests::conformance::{check_dense_ops, check_matmul};
+    for weights in [WeightStorage::F32, WeightStorage::F16] {
+        let g = gpu(weights);
+        check_dense_ops(&g, 5, 40, 1, 2e-3);
+        check_dense_ops(&g, 1, 577, 2, 2e-3);
+        check_matmul(&g, 3, 20, 16, false, 3, 2e-3);
+        check_matmul(&g, 9, 33, 70, false, 4, 2e-3);
+    }
+}

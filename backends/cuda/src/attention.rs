@@ -1,0 +1,116 @@
+//! PagedAttention on CUDA: the partitioned kernel (one block per head, token and 512-key
+//! partition) then the reduction over partitions.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use infer_core::backend::AttentionParams;
+use infer_core::error::Result;
+
+use crate::backend::{u32_arg, CudaBackend, CudaBatch};
+use crate::cache::CudaKvCache;
+use crate::error::{op_err, CudaError};
+use crate::kernels::{ATTENTION_PARTITION, MAX_HEAD_DIM};
+use crate::tensor::{CudaTensor, Storage};
+
+pub fn paged_attention(
+    be: &CudaBackend,
+    q: &CudaTensor,
+    cache: &CudaKvCache,
+    layer: usize,
+    batch: &CudaBatch,
+    p: &AttentionParams,
+) -> Result<CudaTensor> {
+    let spec = cache.spec;
+    let n = batch.input.num_tokens();
+    let width = p.num_heads * p.head_dim;
+    let bad = q.len() != n * width
+        || layer >= cache.layers.len()
+        || p.num_kv_heads == 0
+        || !p.num_heads.is_multiple_of(p.num_kv_heads)
+        || p.num_kv_heads != spec.num_kv_heads
+        || p.head_dim != spec.head_dim
+        || p.head_dim > MAX_HEAD_DIM
+        || batch.input.block_size != spec.block_size;
+    if bad {
+        return Err(op_err(
+            "paged_attention",
+            format!("q {:?}, {p:?}, cache {spec:?}, layer {layer}", q.shape),
+        )
+        .into());
+    }
+    // Every block a token can read must be inside the cache.
+    let max_blocks = batch.input.max_blocks_per_seq;
+    if let Some(b) = batch
+        .input
+        .block_tables
+        .iter()
+        .find(|&&b| b as usize >= spec.num_blocks)
+    {
+        return Err(op_err(
+            "paged_attention",
+            format!("block {b} >= {}", spec.num_blocks),
+        )
+        .into());
+    }
+    if batch.max_context > max_blocks * spec.block_size {
+        return Err(op_err(
+            "paged_attention",
+            format!("context {} beyond the block tables", batch.max_context),
+        )
+        .into());
+    }
+    let mut out = be.zeros_f32(n * width)?;
+    if n == 0 {
+        return Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: vec![0, width],
+        });
+    }
+    let parts = batch.max_context.div_ceil(ATTENTION_PARTITION).max(1);
+    let partials = n * p.num_heads * parts;
+    let mut part_out = be.zeros_f32(partials * p.head_dim)?;
+    let mut part_max = be.zeros_f32(partials)?;
+    let mut part_sum = be.zeros_f32(partials)?;
+    let (kc, vc) = &cache.layers[layer];
+    let a = |v: usize| u32_arg("paged_attention", v);
+    let (mb, bs, h, kvh, hd) = (
+        a(max_blocks.max(1))?,
+        a(spec.block_size)?,
+        a(p.num_heads)?,
+        a(p.num_kv_heads)?,
+        a(p.head_dim)?,
+    );
+    let s = &be.dev.stream;
+    let mut b = s.launch_builder(be.dev.function("paged_attention")?);
+    b.arg(q.f32("paged_attention")?).arg(kc).arg(vc);
+    b.arg(&batch.token_seq)
+        .arg(&batch.positions)
+        .arg(&batch.block_tables);
+    b.arg(&mb).arg(&bs).arg(&h).arg(&kvh).arg(&hd).arg(&p.scale);
+    b.arg(&mut part_out).arg(&mut part_max).arg(&mut part_sum);
+    let cfg = LaunchConfig {
+        grid_dim: (h, a(n)?, a(parts)?),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the kernel's signature is matched argument by argument; block ids were checked
+    // against the cache, every token's context against its block table, head_dim against the
+    // kernel's shared buffer, and the partial buffers hold tokens * heads * parts entries.
+    unsafe { b.launch(cfg) }.map_err(CudaError::from)?;
+
+    let mut b = s.launch_builder(be.dev.function("attention_reduce")?);
+    let parts32 = a(parts)?;
+    b.arg(&part_out).arg(&part_max).arg(&part_sum).arg(&mut out);
+    b.arg(&h).arg(&hd).arg(&parts32);
+    let cfg = LaunchConfig {
+        grid_dim: (h, a(n)?, 1),
+        block_dim: (64, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: attention_reduce(const float* x3, float*, u32, u32, u32) over the partials
+    // written above; `out` holds tokens * heads * head_dim.
+    unsafe { b.launch(cfg) }.map_err(CudaError::from)?;
+    Ok(CudaTensor {
+        storage: Storage::F32(out),
+        shape: vec![n, width],
+    })
+}

@@ -1,0 +1,188 @@
+//! The `Backend` trait on CUDA: every op is enqueued on the device's one stream (kernels from
+//! `kernels/`, GEMMs through cuBLAS); `to_host` and `argmax_to_host` are the sync points.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cudarc::cublas::sys::{cublasComputeType_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
+use infer_core::batch::BatchInput;
+use infer_core::error::Result;
+
+use crate::device::{elementwise, Device};
+use crate::error::{op_err, CudaError};
+use crate::tensor::{CudaTensor, Storage};
+
+/// How weight matrices are kept on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaWeights {
+    /// f16, multiplied on tensor cores with f32 accumulation (default).
+    F16,
+    /// f32 (exact dequantized values; the reference path).
+    F32,
+}
+
+#[derive(Clone)]
+pub struct CudaBackend {
+    pub(crate) dev: Arc<Device>,
+    pub(crate) weights: CudaWeights,
+    /// Bytes allocated since the last sync point, and the most any step allocated: the
+    /// activations the profiling step needed, which are freed by the time memory is asked.
+    step_bytes: Arc<AtomicU64>,
+    pub(crate) peak_step_bytes: Arc<AtomicU64>,
+}
+
+pub struct CudaBatch {
+    pub(crate) input: BatchInput,
+    pub(crate) token_ids: CudaSlice<u32>,
+    pub(crate) positions: CudaSlice<u32>,
+    pub(crate) slots: CudaSlice<u32>,
+    pub(crate) token_seq: CudaSlice<u32>,
+    pub(crate) block_tables: CudaSlice<u32>,
+    pub(crate) logits_indices: CudaSlice<u32>,
+    /// Largest context any token of the step attends over.
+    pub(crate) max_context: usize,
+}
+
+pub(crate) fn u32_arg(op: &'static str, n: usize) -> std::result::Result<u32, CudaError> {
+    u32::try_from(n).map_err(|_| op_err(op, format!("{n} does not fit 32 bits")))
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal`; fails with a clear error (never a panic) without CUDA.
+    pub fn new(ordinal: usize, weights: CudaWeights) -> Result<Self> {
+        let dev = Device::open(ordinal)?;
+        Ok(CudaBackend {
+            dev: Arc::new(dev),
+            weights,
+            step_bytes: Arc::default(),
+            peak_step_bytes: Arc::default(),
+        })
+    }
+
+    pub(crate) fn count(&self, bytes: usize) {
+        self.step_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn step_done(&self) {
+        let step = self.step_bytes.swap(0, Ordering::Relaxed);
+        self.peak_step_bytes.fetch_max(step, Ordering::Relaxed);
+    }
+
+    pub(crate) fn zeros_f32(&self, n: usize) -> std::result::Result<CudaSlice<f32>, CudaError> {
+        self.count(n * 4);
+        Ok(self.dev.stream.alloc_zeros::<f32>(n.max(1))?)
+    }
+
+    pub(crate) fn upload_u32(
+        &self,
+        data: &[u32],
+    ) -> std::result::Result<CudaSlice<u32>, CudaError> {
+        if data.is_empty() {
+            return Ok(self.dev.stream.alloc_zeros::<u32>(1)?);
+        }
+        Ok(self.dev.stream.clone_htod(data)?)
+    }
+
+    /// `out [m, n] = x [m, k] · wᵀ` with `w [n, k]` row-major: in cuBLAS's column-major terms
+    /// `outᵀ = w · xᵀ`, i.e. op(A) = Aᵀ on the `[k, n]` column-major view of `w`.
+    pub(crate) fn gemm(
+        &self,
+        x: &CudaTensor,
+        w: &CudaTensor,
+    ) -> std::result::Result<CudaTensor, CudaError> {
+        let (m, k) = x.rows_cols();
+        let (n, wk) = w.rows_cols();
+        if k != wk {
+            return Err(op_err(
+                "matmul",
+                format!("x {:?} · w {:?}ᵀ", x.shape, w.shape),
+            ));
+        }
+        let mut shape = x.shape.clone();
+        if let Some(last) = shape.last_mut() {
+            *last = n;
+        }
+        let mut out = self.zeros_f32(m * n)?;
+        let xs = x.f32("matmul")?;
+        let s = &self.dev.stream;
+        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let handle = *self.dev.blas.handle();
+        match &w.storage {
+            Storage::F16(ws) => {
+                // Activations to f16 for the tensor cores; accumulation stays f32.
+                self.count(m * k * 2);
+                let mut xh = s.alloc_zeros::<u16>((m * k).max(1))?;
+                let f = self.dev.function("cast_f32_f16")?;
+                let len = u32_arg("matmul", m * k)?;
+                let mut b = s.launch_builder(f);
+                b.arg(xs).arg(&mut xh).arg(&len);
+                // SAFETY: cast_f32_f16(const float*, f16*, u32) over m*k elements, both
+                // buffers hold m*k.
+                unsafe { b.launch(elementwise(m * k)) }?;
+                let (wp, _w) = ws.device_ptr(s);
+                let (xp, _x) = xh.device_ptr(s);
+                let (op, _o) = out.device_ptr_mut(s);
+                // SAFETY: pointers are live device buffers of n*k, m*k (f16) and m*n (f32)
+                // elements on the handle's stream; leading dimensions match those shapes.
+                unsafe {
+                    cudarc::cublas::result::gemm_ex(
+                        handle,
+                        cublasOperation_t::CUBLAS_OP_T,
+                        cublasOperation_t::CUBLAS_OP_N,
+                        ni,
+                        mi,
+                        ki,
+                        &alpha as *const f32 as *const _,
+                        wp as *const _,
+                        cudaDataType::CUDA_R_16F,
+                        ki,
+                        xp as *const _,
+                        cudaDataType::CUDA_R_16F,
+                        ki,
+                        &beta as *const f32 as *const _,
+                        op as *mut _,
+                        cudaDataType::CUDA_R_32F,
+                        ni,
+                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+                    )
+                }?;
+            }
+            Storage::F32(ws) => {
+                let (wp, _w) = ws.device_ptr(s);
+                let (xp, _x) = xs.device_ptr(s);
+                let (op, _o) = out.device_ptr_mut(s);
+                // SAFETY: as above with f32 buffers; plain f32 compute (no TF32), the exact path.
+                unsafe {
+                    cudarc::cublas::result::gemm_ex(
+                        handle,
+                        cublasOperation_t::CUBLAS_OP_T,
+                        cublasOperation_t::CUBLAS_OP_N,
+                        ni,
+                        mi,
+                        ki,
+                        &alpha as *const f32 as *const _,
+                        wp as *const _,
+                        cudaDataType::CUDA_R_32F,
+                        ki,
+                        xp as *const _,
+                        cudaDataType::CUDA_R_32F,
+                        ki,
+                        &beta as *const f32 as *const _,
+                        op as *mut _,
+                        cudaDataType::CUDA_R_32F,
+                        ni,
+                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                }?;
+            }
+        }
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape,
+        })
+    }
+}

@@ -1,0 +1,131 @@
+//! Opening a CUDA device: the library checks that keep cudarc from panicking, the context,
+//! stream and cuBLAS handle, and the compiled kernels loaded as functions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchArgs, LaunchConfig};
+
+use crate::error::CudaError;
+use crate::kernels::{compiled, nvrtc_present, SOURCES};
+
+/// Fails with `CudaError::Unavailable` naming the first missing library. cudarc loads the
+/// driver, NVRTC and cuBLAS at run time and panics on first use when one is absent, so every
+/// entry point calls this first.
+pub fn check_libraries() -> Result<(), CudaError> {
+    // SAFETY: each check only tries to dlopen the library by its usual names.
+    let driver = unsafe { cudarc::driver::sys::is_culib_present() };
+    if !driver {
+        return Err(CudaError::Unavailable(
+            "libcuda.so not found (no NVIDIA driver on this machine)".into(),
+        ));
+    }
+    if !nvrtc_present() {
+        return Err(CudaError::Unavailable(
+            "libnvrtc.so not found (install the CUDA toolkit's NVRTC or put it on LD_LIBRARY_PATH)"
+                .into(),
+        ));
+    }
+    // SAFETY: as above.
+    let blas = unsafe { cudarc::cublas::sys::is_culib_present() };
+    if !blas {
+        return Err(CudaError::Unavailable(
+            "libcublas.so not found (install cuBLAS or put it on LD_LIBRARY_PATH)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One device: context, its stream (all work is ordered on it), cuBLAS and the kernels.
+pub struct Device {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub blas: CudaBlas,
+    pub name: String,
+    pub arch: (i32, i32),
+    functions: HashMap<&'static str, CudaFunction>,
+}
+
+impl Device {
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        check_libraries()?;
+        let count = CudaContext::device_count()?;
+        if count <= 0 {
+            return Err(CudaError::Unavailable("no CUDA device found".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(CudaError::Unavailable(format!(
+                "CUDA device {ordinal} requested but only {count} present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        let name = ctx.name()?;
+        let arch = ctx.compute_capability()?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone())?;
+        let mut functions = HashMap::new();
+        for ((file, ptx), (_, _, kernels)) in compiled(arch)?.iter().zip(SOURCES) {
+            let module = ctx
+                .load_module(ptx.clone())
+                .map_err(|e| CudaError::Compile {
+                    file: file.to_string(),
+                    log: format!("loading the PTX: {e}"),
+                })?;
+            for k in *kernels {
+                functions.insert(*k, module.load_function(k)?);
+            }
+        }
+        tracing::info!(%name, arch = format!("sm_{}{}", arch.0, arch.1), "CUDA device opened");
+        Ok(Device {
+            ctx,
+            stream,
+            blas,
+            name,
+            arch,
+            functions,
+        })
+    }
+
+    pub fn function(&self, name: &str) -> Result<&CudaFunction, CudaError> {
+        self.functions
+            .get(name)
+            .ok_or_else(|| crate::error::op_err("kernel", format!("`{name}` is not loaded")))
+    }
+}
+
+/// A grid-stride launch over `n` elements.
+pub fn elementwise(n: usize) -> LaunchConfig {
+    let threads = 256u32;
+    let blocks = n.div_ceil(threads as usize).clamp(1, 65_535 * 16) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Launches one block of `threads` per row; nothing for zero rows (a kernel would still
+/// index row 0 of empty buffers).
+///
+/// # Safety
+/// As `LaunchArgs::launch`: the arguments must match the kernel's signature and every row
+/// index the kernel derives must be in bounds.
+pub unsafe fn launch_rows(
+    args: &mut LaunchArgs<'_>,
+    rows: usize,
+    threads: u32,
+) -> Result<(), CudaError> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let rows = u32::try_from(rows).map_err(|_| crate::error::op_err("launch", "too many rows"))?;
+    let cfg = LaunchConfig {
+        grid_dim: (rows, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { args.launch(cfg) }?;
+    Ok(())
+}

@@ -1,0 +1,531 @@
+//! `impl Backend for CudaBackend`: shapes checked on the host, then one kernel launch (or a
+//! cuBLAS call) per op on the device's stream.
+
+use cudarc::driver::PushKernelArg;
+use infer_core::backend::{AttentionParams, Backend, DeviceMemory, DeviceTensor, KvCacheSpec};
+use infer_core::batch::BatchInput;
+use infer_core::block_manager::BlockCopy;
+use infer_core::config::RopeStyle;
+use infer_core::error::Result;
+use infer_core::weights::HostTensor;
+
+use crate::backend::{u32_arg, CudaBackend, CudaBatch, CudaWeights};
+use crate::cache::{block_elems, CudaKvCache, CudaSwapSpace};
+use crate::device::{elementwise, launch_rows};
+use crate::error::{op_err, CudaError};
+use crate::tensor::{CudaTensor, Storage};
+
+type CudaResult<T> = std::result::Result<T, CudaError>;
+
+fn same_len(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> CudaResult<()> {
+    if a.len() != b.len() {
+        return Err(op_err(op, format!("{:?} vs {:?}", a.shape(), b.shape())));
+    }
+    Ok(())
+}
+
+/// Block copies `(from, to)` within `from_blocks` and `to_blocks` (slicing panics otherwise).
+fn check_blocks(
+    op: &'static str,
+    copies: &[BlockCopy],
+    from_blocks: usize,
+    to_blocks: usize,
+) -> CudaResult<()> {
+    match copies
+        .iter()
+        .find(|&&(f, t)| f as usize >= from_blocks || t as usize >= to_blocks)
+    {
+        Some(c) => Err(op_err(
+            op,
+            format!("copy {c:?} outside {from_blocks} / {to_blocks} blocks"),
+        )),
+        None => Ok(()),
+    }
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Batch = CudaBatch;
+    type KvCache = CudaKvCache;
+    type SwapSpace = CudaSwapSpace;
+
+    fn name(&self) -> String {
+        let (major, minor) = self.dev.arch;
+        format!("cuda ({}, sm_{major}{minor})", self.dev.name)
+    }
+
+    fn upload(&self, t: &HostTensor) -> Result<CudaTensor> {
+        let data = if t.data.is_empty() {
+            self.dev
+                .stream
+                .alloc_zeros::<f32>(1)
+                .map_err(CudaError::from)?
+        } else {
+            self.dev
+                .stream
+                .clone_htod(&t.data)
+                .map_err(CudaError::from)?
+        };
+        Ok(CudaTensor {
+            storage: Storage::F32(data),
+            shape: t.shape.clone(),
+        })
+    }
+
+    fn upload_matrix(&self, t: &HostTensor) -> Result<CudaTensor> {
+        if self.weights == CudaWeights::F32 || t.data.is_empty() {
+            return self.upload(t);
+        }
+        let bits: Vec<u16> = t
+            .data
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect();
+        let data = self.dev.stream.clone_htod(&bits).map_err(CudaError::from)?;
+        Ok(CudaTensor {
+            storage: Storage::F16(data),
+            shape: t.shape.clone(),
+        })
+    }
+
+    fn upload_batch(&self, b: &BatchInput) -> Result<CudaBatch> {
+        let n = b.num_tokens();
+        let token_seq: Vec<u32> = (0..n)
+            .map(|t| (b.query_start.partition_point(|&s| s as usize <= t) - 1) as u32)
+            .collect();
+        let max_context = b
+            .positions
+            .iter()
+            .map(|&p| p as usize + 1)
+            .max()
+            .unwrap_or(0);
+        Ok(CudaBatch {
+            token_ids: self.upload_u32(&b.token_ids)?,
+            positions: self.upload_u32(&b.positions)?,
+            slots: self.upload_u32(&b.slot_mapping)?,
+            token_seq: self.upload_u32(&token_seq)?,
+            block_tables: self.upload_u32(&b.block_tables)?,
+            logits_indices: self.upload_u32(&b.logits_indices)?,
+            input: b.clone(),
+            max_context,
+        })
+    }
+
+    fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<CudaKvCache> {
+        let elems = spec.num_blocks * block_elems(spec);
+        let layers = (0..spec.num_layers)
+            .map(|_| {
+                let k = self.dev.stream.alloc_zeros::<u16>(elems.max(1))?;
+                let v = self.dev.stream.alloc_zeros::<u16>(elems.max(1))?;
+                Ok((k, v))
+            })
+            .collect::<CudaResult<Vec<_>>>()?;
+        Ok(CudaKvCache {
+            spec: *spec,
+            layers,
+        })
+    }
+
+    fn alloc_swap_space(&self, spec: &KvCacheSpec) -> Result<CudaSwapSpace> {
+        let elems = (spec.num_blocks * block_elems(spec)).max(1);
+        let layers = (0..spec.num_layers)
+            .map(|_| {
+                // SAFETY: page-locked host memory of `elems` u16, only ever written by copies
+                // from the device before it is read.
+                let k = unsafe { self.dev.ctx.alloc_pinned::<u16>(elems) }?;
+                // SAFETY: as above.
+                let v = unsafe { self.dev.ctx.alloc_pinned::<u16>(elems) }?;
+                Ok((k, v))
+            })
+            .collect::<CudaResult<Vec<_>>>()?;
+        Ok(CudaSwapSpace {
+            spec: *spec,
+            layers,
+        })
+    }
+
+    fn copy_blocks(&self, cache: &mut CudaKvCache, copies: &[BlockCopy]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        check_blocks(
+            "copy_blocks",
+            copies,
+            cache.spec.num_blocks,
+            cache.spec.num_blocks,
+        )?;
+        let pairs: Vec<u32> = copies.iter().flat_map(|&(from, to)| [from, to]).collect();
+        let pairs = self.upload_u32(&pairs)?;
+        let elems = u32_arg("copy_blocks", block_elems(&cache.spec))?;
+        let f = self.dev.function("copy_blocks")?;
+        for (k, v) in &mut cache.layers {
+            for buf in [k, v] {
+                let mut b = self.dev.stream.launch_builder(f);
+                b.arg(buf).arg(&pairs).arg(&elems);
+                // SAFETY: copy_blocks(f16*, const u32*, u32); every block id is below the
+                // cache's block count (the block manager's), one thread block per pair.
+                unsafe { launch_rows(&mut b, copies.len(), 256) }?;
+            }
+        }
+        Ok(())
+    }
+
+    fn swap_out(
+        &self,
+        cache: &CudaKvCache,
+        swap: &mut CudaSwapSpace,
+        copies: &[BlockCopy],
+    ) -> Result<()> {
+        check_blocks(
+            "swap_out",
+            copies,
+            cache.spec.num_blocks,
+            swap.spec.num_blocks,
+        )?;
+        let n = block_elems(&cache.spec);
+        for ((dk, dv), (hk, hv)) in cache.layers.iter().zip(&mut swap.layers) {
+            for (dev, host) in [(dk, hk), (dv, hv)] {
+                let host = host.as_mut_slice().map_err(CudaError::from)?;
+                for &(from, to) in copies {
+                    let (from, to) = (from as usize, to as usize);
+                    let src = dev.slice(from * n..(from + 1) * n);
+                    let dst = &mut host[to * n..(to + 1) * n];
+                    self.dev
+                        .stream
+                        .memcpy_dtoh(&src, dst)
+                        .map_err(CudaError::from)?;
+                }
+            }
+        }
+        self.dev.stream.synchronize().map_err(CudaError::from)?;
+        Ok(())
+    }
+
+    fn swap_in(
+        &self,
+        swap: &CudaSwapSpace,
+        cache: &mut CudaKvCache,
+        copies: &[BlockCopy],
+    ) -> Result<()> {
+        check_blocks(
+            "swap_in",
+            copies,
+            swap.spec.num_blocks,
+            cache.spec.num_blocks,
+        )?;
+        let n = block_elems(&cache.spec);
+        for ((hk, hv), (dk, dv)) in swap.layers.iter().zip(&mut cache.layers) {
+            for (host, dev) in [(hk, dk), (hv, dv)] {
+                let host = host.as_slice().map_err(CudaError::from)?;
+                for &(from, to) in copies {
+                    let (from, to) = (from as usize, to as usize);
+                    let src = &host[from * n..(from + 1) * n];
+                    let mut dst = dev.slice_mut(to * n..(to + 1) * n);
+                    self.dev
+                        .stream
+                        .memcpy_htod(src, &mut dst)
+                        .map_err(CudaError::from)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn kv_element_bytes(&self) -> usize {
+        2
+    }
+
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        let (free, total) = self.dev.ctx.mem_get_info().ok()?;
+        let peak_step = self
+            .peak_step_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Some(DeviceMemory {
+            total_bytes: total as u64,
+            // In use now (weights, other processes) plus what the largest step allocated.
+            peak_used_bytes: (total - free) as u64 + peak_step,
+        })
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> Result<HostTensor> {
+        let data = self
+            .dev
+            .stream
+            .clone_dtoh(t.f32("to_host")?)
+            .map_err(CudaError::from)?;
+        self.step_done();
+        let mut data = data;
+        data.truncate(t.len());
+        Ok(HostTensor::new(t.shape.clone(), data))
+    }
+
+    fn argmax_to_host(&self, logits: &CudaTensor) -> Result<Option<Vec<u32>>> {
+        let (rows, cols) = logits.rows_cols();
+        let mut ids = self
+            .dev
+            .stream
+            .alloc_zeros::<u32>(rows.max(1))
+            .map_err(CudaError::from)?;
+        let cols32 = u32_arg("argmax", cols)?;
+        let f = self.dev.function("argmax")?;
+        let mut b = self.dev.stream.launch_builder(f);
+        b.arg(logits.f32("argmax")?).arg(&mut ids).arg(&cols32);
+        // SAFETY: argmax(const float*, u32*, u32) with 256 threads (its shared arrays' size),
+        // one block per row of `cols`.
+        unsafe { launch_rows(&mut b, rows, 256) }?;
+        let mut out = self.dev.stream.clone_dtoh(&ids).map_err(CudaError::from)?;
+        self.step_done();
+        out.truncate(rows);
+        Ok(Some(out))
+    }
+
+    fn embedding(&self, table: &CudaTensor, batch: &CudaBatch) -> Result<CudaTensor> {
+        let (vocab, hidden) = table.rows_cols();
+        if let Some(t) = batch.input.token_ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(op_err("embedding", format!("token {t} >= vocab {vocab}")).into());
+        }
+        let n = batch.input.num_tokens();
+        let mut out = self.zeros_f32(n * hidden)?;
+        let h = u32_arg("embedding", hidden)?;
+        let s = &self.dev.stream;
+        match &table.storage {
+            Storage::F16(t) => {
+                let mut b = s.launch_builder(self.dev.function("embedding_f16")?);
+                b.arg(t).arg(&batch.token_ids).arg(&mut out).arg(&h);
+                // SAFETY: ids were checked against the table's rows; out holds n * hidden.
+                unsafe { launch_rows(&mut b, n, 256) }?;
+            }
+            Storage::F32(t) => {
+                let mut b = s.launch_builder(self.dev.function("embedding_f32")?);
+                b.arg(t).arg(&batch.token_ids).arg(&mut out).arg(&h);
+                // SAFETY: as above.
+                unsafe { launch_rows(&mut b, n, 256) }?;
+            }
+        }
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: vec![n, hidden],
+        })
+    }
+
+    fn rms_norm(&self, x: &CudaTensor, weight: &CudaTensor, eps: f32) -> Result<CudaTensor> {
+        let (rows, cols) = x.rows_cols();
+        if weight.len() != cols {
+            return Err(op_err(
+                "rms_norm",
+                format!("x {:?}, weight {:?}", x.shape, weight.shape),
+            )
+            .into());
+        }
+        let mut out = self.zeros_f32(rows * cols)?;
+        let c = u32_arg("rms_norm", cols)?;
+        let mut b = self
+            .dev
+            .stream
+            .launch_builder(self.dev.function("rms_norm")?);
+        b.arg(x.f32("rms_norm")?)
+            .arg(weight.f32("rms_norm")?)
+            .arg(&mut out)
+            .arg(&c)
+            .arg(&eps);
+        // SAFETY: rms_norm(const float*, const float*, float*, u32, float), one block of 256
+        // (a multiple of 32, as block_sum needs) per row.
+        unsafe { launch_rows(&mut b, rows, 256) }?;
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: x.shape.clone(),
+        })
+    }
+
+    fn matmul(&self, x: &CudaTensor, w: &CudaTensor) -> Result<CudaTensor> {
+        Ok(self.gemm(x, w)?)
+    }
+
+    fn add_bias(&self, x: &mut CudaTensor, bias: &CudaTensor) -> Result<()> {
+        let (_, cols) = x.rows_cols();
+        if bias.len() != cols {
+            return Err(op_err(
+                "add_bias",
+                format!("x {:?}, bias {:?}", x.shape, bias.shape),
+            )
+            .into());
+        }
+        let (n, c) = (u32_arg("add_bias", x.len())?, u32_arg("add_bias", cols)?);
+        let len = x.len();
+        let mut b = self
+            .dev
+            .stream
+            .launch_builder(self.dev.function("add_bias")?);
+        b.arg(x.f32_mut("add_bias")?)
+            .arg(bias.f32("add_bias")?)
+            .arg(&n)
+            .arg(&c);
+        // SAFETY: add_bias(float*, const float*, u32 n, u32 cols) with n = x's length.
+        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
+        Ok(())
+    }
+
+    fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        same_len("add_assign", x, y)?;
+        let len = x.len();
+        let n = u32_arg("add_assign", len)?;
+        let mut b = self
+            .dev
+            .stream
+            .launch_builder(self.dev.function("add_assign")?);
+        b.arg(x.f32_mut("add_assign")?)
+            .arg(y.f32("add_assign")?)
+            .arg(&n);
+        // SAFETY: add_assign(float*, const float*, u32) over n elements of both.
+        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
+        Ok(())
+    }
+
+    fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
+        same_len("silu_mul", gate, up)?;
+        let len = gate.len();
+        let mut out = self.zeros_f32(len)?;
+        let n = u32_arg("silu_mul", len)?;
+        let mut b = self
+            .dev
+            .stream
+            .launch_builder(self.dev.function("silu_mul")?);
+        b.arg(gate.f32("silu_mul")?)
+            .arg(up.f32("silu_mul")?)
+            .arg(&mut out)
+            .arg(&n);
+        // SAFETY: silu_mul(const float*, const float*, float*, u32) over n elements of each.
+        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: gate.shape.clone(),
+        })
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaTensor,
+        batch: &CudaBatch,
+        cos_sin: &CudaTensor,
+        head_dim: usize,
+        style: RopeStyle,
+    ) -> Result<()> {
+        let (rows, cols) = x.rows_cols();
+        let max_pos = batch
+            .input
+            .positions
+            .iter()
+            .max()
+            .map_or(0, |&p| p as usize + 1);
+        let (table_rows, table_cols) = cos_sin.rows_cols();
+        if rows != batch.input.num_tokens()
+            || head_dim == 0
+            || !cols.is_multiple_of(head_dim)
+            || table_cols != head_dim
+            || table_rows < max_pos
+        {
+            return Err(op_err(
+                "rope",
+                format!(
+                    "x {:?}, head_dim {head_dim}, table {:?}, positions up to {max_pos}",
+                    x.shape, cos_sin.shape
+                ),
+            )
+            .into());
+        }
+        let heads = u32_arg("rope", cols / head_dim)?;
+        let hd = u32_arg("rope", head_dim)?;
+        let style = match style {
+            RopeStyle::AdjacentPairs => 0u32,
+            RopeStyle::HalfSplit => 1u32,
+        };
+        let mut b = self.dev.stream.launch_builder(self.dev.function("rope")?);
+        b.arg(x.f32_mut("rope")?)
+            .arg(&batch.positions)
+            .arg(cos_sin.f32("rope")?);
+        b.arg(&heads).arg(&hd).arg(&style);
+        // SAFETY: rope(float*, const u32*, const float*, u32, u32, u32): one block per token,
+        // positions checked against the table's rows.
+        unsafe { launch_rows(&mut b, rows, 128) }?;
+        Ok(())
+    }
+
+    fn write_kv(
+        &self,
+        cache: &mut CudaKvCache,
+        layer: usize,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        batch: &CudaBatch,
+    ) -> Result<()> {
+        let spec = cache.spec;
+        let width = spec.num_kv_heads * spec.head_dim;
+        let n = batch.input.num_tokens();
+        let slots = spec.num_blocks * spec.block_size;
+        if k.len() != n * width || v.len() != n * width || layer >= cache.layers.len() {
+            return Err(op_err(
+                "write_kv",
+                format!("k {:?}, v {:?}, layer {layer}", k.shape, v.shape),
+            )
+            .into());
+        }
+        if let Some(s) = batch
+            .input
+            .slot_mapping
+            .iter()
+            .find(|&&s| s as usize >= slots)
+        {
+            return Err(op_err("write_kv", format!("slot {s} >= {slots}")).into());
+        }
+        let w = u32_arg("write_kv", width)?;
+        let (kc, vc) = &mut cache.layers[layer];
+        let mut b = self
+            .dev
+            .stream
+            .launch_builder(self.dev.function("write_kv")?);
+        b.arg(k.f32("write_kv")?)
+            .arg(v.f32("write_kv")?)
+            .arg(kc)
+            .arg(vc);
+        b.arg(&batch.slots).arg(&w);
+        // SAFETY: write_kv(const float*, const float*, f16*, f16*, const u32*, u32): slots
+        // checked against the cache, one block per token.
+        unsafe { launch_rows(&mut b, n, 128) }?;
+        Ok(())
+    }
+
+    fn paged_attention(
+        &self,
+        q: &CudaTensor,
+        cache: &CudaKvCache,
+        layer: usize,
+        batch: &CudaBatch,
+        p: &AttentionParams,
+    ) -> Result<CudaTensor> {
+        crate::attention::paged_attention(self, q, cache, layer, batch, p)
+    }
+
+    fn gather_logit_rows(&self, x: &CudaTensor, batch: &CudaBatch) -> Result<CudaTensor> {
+        let (rows, cols) = x.rows_cols();
+        let idx = &batch.input.logits_indices;
+        if let Some(r) = idx.iter().find(|&&r| r as usize >= rows) {
+            return Err(op_err("gather_logit_rows", format!("row {r} >= {rows}")).into());
+        }
+        let mut out = self.zeros_f32(idx.len() * cols)?;
+        let c = u32_arg("gather_logit_rows", cols)?;
+        let mut b = self
+            .dev
+            .stream
+            .launch_builder(self.dev.function("gather_rows")?);
+        b.arg(x.f32("gather_logit_rows")?)
+            .arg(&batch.logits_indices)
+            .arg(&mut out)
+            .arg(&c);
+        // SAFETY: gather_rows(const float*, const u32*, float*, u32); rows checked above.
+        unsafe { launch_rows(&mut b, idx.len(), 256) }?;
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: vec![idx.len(), cols],
+        })
+    }
+}

@@ -1,0 +1,62 @@
+//! Every CUDA op through the `Backend` trait against the CPU backend on fresh random inputs
+//! (shared checks in `infer_tests::conformance`). f16 GEMM inputs and the f16 KV cache bound
+//! the tolerances: 2e-3 relative to the largest output. Skipped (and saying so) without a GPU.
+
+mod common;
+
+use common::gpu;
+use infer_cuda::CudaWeights;
+use infer_tests::conformance::{
+    check_attention, check_block_copies, check_dense_ops, check_matmul, check_rope,
+};
+
+#[test]
+fn dense_ops_match_the_cpu() {
+    for weights in [CudaWeights::F32, CudaWeights::F16] {
+        let Some(g) = gpu(weights) else { return };
+        check_dense_ops(&g, 5, 40, 1, 2e-3);
+        check_dense_ops(&g, 1, 577, 2, 2e-3);
+        check_dense_ops(&g, 130, 1536, 3, 2e-3);
+    }
+}
+
+#[test]
+fn matmul_matches_the_cpu() {
+    let shapes = [
+        (1, 576, 576),
+        (8, 1536, 576),
+        (128, 576, 1536),
+        (3, 49152, 576),
+        (77, 33, 70),
+    ];
+    for (i, &(m, n, k)) in shapes.iter().enumerate() {
+        if let Some(g) = gpu(CudaWeights::F32) {
+            check_matmul(&g, m, n, k, false, i as u64, 1e-4);
+        }
+        if let Some(g) = gpu(CudaWeights::F16) {
+            check_matmul(&g, m, n, k, true, i as u64, 1e-3);
+        }
+    }
+}
+
+#[test]
+fn rope_matches_the_cpu() {
+    let Some(g) = gpu(CudaWeights::F32) else {
+        return;
+    };
+    check_rope(&g, &[(0, 5), (7, 1), (30, 3)], 3, 8, 2);
+    check_rope(&g, &[(0, 1)], 1, 64, 3);
+    check_rope(&g, &[(100, 17), (0, 64)], 9, 64, 4);
+}
+
+#[test]
+fn paged_attention_matches_the_cpu_across_partitions() {
+    let Some(g) = gpu(CudaWeights::F32) else {
+        return;
+    };
+    check_attention(&g, &[(5, 1), (0, 7), (13, 4)], 4, 2, 16, 4, 4, 2e-3);
+    check_attention(&g, &[(700, 1), (600, 3)], 2, 1, 32, 16, 5, 2e-3);
+    check_attention(&g, &[(1500, 1), (0, 40), (31, 1)], 9, 3, 64, 16, 6, 2e-3);
+    check_attention(&g, &[(2, 3)], 2, 2, 128, 1, 7, 2e-3);
+    check_block_copies(&g, 6, 2e-3);
+}
