@@ -5,7 +5,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use infer_core::{open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, Tokenizer};
+use infer_core::dummy::{open_dummy_config, DummyWeights};
+use infer_core::{
+    open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, Tokenizer, WeightSource,
+};
 use infer_cpu::CpuBackend;
 use infer_cuda::CudaBackend;
 use infer_wgpu::{WeightStorage, WgpuBackend};
@@ -85,26 +88,60 @@ fn load_progress() -> ProgressBar {
     )
 }
 
+/// Where the weights come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadFormat {
+    /// The model's own weights (GGUF or safetensors).
+    Auto,
+    /// Random weights in the model's shapes (config.json, an HF dir or a GGUF): for
+    /// benchmarking shapes we have no weights for.
+    Dummy,
+}
+
 /// Opens a model and uploads its weights to `backend`, with a progress bar; the weight files
-/// are released once uploaded.
-pub fn load_model<B: Backend>(
-    backend: &B,
-    spec: &str,
-    max_model_len: Option<usize>,
-) -> Result<(LlamaModel<B>, Tokenizer)> {
-    let ModelFiles {
-        config,
-        weights,
-        tokenizer,
-        location,
-    } = open_model(spec)?;
-    tracing::info!(?location, backend = backend.name(), "loading model");
+/// are released once uploaded. `tokenizer`, when given, names where the tokenizer comes from.
+pub fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> Result<(LlamaModel<B>, Tokenizer)> {
+    let (config, weights, tokenizer): (_, Box<dyn WeightSource>, _) = match args.load_format {
+        LoadFormat::Auto => {
+            let ModelFiles {
+                config,
+                weights,
+                tokenizer,
+                location,
+            } = open_model(&args.model)?;
+            tracing::info!(?location, backend = backend.name(), "loading model");
+            (config, weights, Some(tokenizer))
+        }
+        LoadFormat::Dummy => {
+            let (config, tokenizer) = open_dummy_config(&args.model)?;
+            tracing::info!(model = %args.model, backend = backend.name(), "random (dummy) weights");
+            let weights = Box::new(DummyWeights::new(config.clone(), 0));
+            (config, weights, tokenizer)
+        }
+    };
+    let tokenizer = match (&args.tokenizer, tokenizer) {
+        (Some(spec), _) => open_model(spec)
+            .with_context(|| format!("loading the tokenizer from {spec}"))?
+            .tokenizer,
+        (None, Some(t)) => t,
+        (None, None) => bail!(
+            "{} has no tokenizer (no tokenizer.json next to its config.json): pass --tokenizer MODEL",
+            args.model
+        ),
+    };
+    if tokenizer.vocab_size() > config.vocab_size {
+        bail!(
+            "the tokenizer's vocabulary ({}) is larger than the model's ({})",
+            tokenizer.vocab_size(),
+            config.vocab_size
+        );
+    }
     let bar = load_progress();
     let model = LlamaModel::load(
         backend,
         &config,
         weights.as_ref(),
-        max_model_len,
+        args.max_model_len,
         &mut |done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
@@ -117,9 +154,15 @@ pub fn load_model<B: Backend>(
 /// The model, backend and engine flags of every command that runs a model.
 #[derive(Debug, Args)]
 pub struct ModelArgs {
-    /// GGUF file, HF model directory, or Hugging Face hub id (org/name).
+    /// GGUF file, HF model directory, or Hugging Face hub id (org/name); with
+    /// `--load-format dummy` also a config.json.
     #[arg(long)]
     pub model: String,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub load_format: LoadFormat,
+    /// Take the tokenizer from this model instead (GGUF, HF dir or hub id).
+    #[arg(long)]
+    pub tokenizer: Option<String>,
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: BackendKind,
     #[arg(long, value_enum, default_value = "packed")]
@@ -170,7 +213,7 @@ impl ModelArgs {
         backend: B,
     ) -> Result<(AnyEngine, Arc<Tokenizer>, String)> {
         let name = backend.name();
-        let (model, tokenizer) = load_model(&backend, &self.model, self.max_model_len)?;
+        let (model, tokenizer) = load_model(&backend, self)?;
         let tokenizer = Arc::new(tokenizer);
         let engine = self.engine.build(
             backend,

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod batch;
 pub mod block_manager;
 pub mod config;
+pub mod dummy;
 pub mod engine;
 pub mod error;
 pub mod generate;

@@ -1,0 +1,125 @@
+//! Random weights for a model config (`--load-format dummy`, as vLLM's benchmarks use): the
+//! shapes, and so the speed, of a model we have no weights for. Values are deterministic per
+//! weight and seed, uniform in ±0.035 (about the spread of a 0.02-std init); norms are ones.
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::config::ModelConfig;
+use crate::error::{InferError, Result};
+use crate::gguf::GgufFile;
+use crate::hf::parse_config;
+use crate::hub::{resolve, ModelLocation};
+use crate::tokenizer::Tokenizer;
+use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
+
+pub struct DummyWeights {
+    config: ModelConfig,
+    seed: u64,
+}
+
+impl DummyWeights {
+    pub fn new(config: ModelConfig, seed: u64) -> Self {
+        DummyWeights { config, seed }
+    }
+}
+
+/// SplitMix64: a fast, well-mixed stream per chunk (random weights for an 8B model are
+/// billions of values).
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn name_hash(w: WeightName) -> u64 {
+    // FNV-1a over the weight's name.
+    format!("{w:?}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
+}
+
+impl WeightSource for DummyWeights {
+    fn source_name(&self) -> String {
+        "dummy weights".into()
+    }
+
+    fn tensor_name(&self, w: WeightName) -> String {
+        format!("{w:?}")
+    }
+
+    fn contains(&self, w: WeightName) -> bool {
+        match w {
+            WeightName::LmHead => !self.config.tie_word_embeddings,
+            WeightName::Layer(_, LayerWeight::QBias | LayerWeight::KBias | LayerWeight::VBias) => {
+                self.config.attention_bias
+            }
+            _ => true,
+        }
+    }
+
+    fn load_raw(&self, w: WeightName) -> Result<HostTensor> {
+        let shape = w.expected_shape(&self.config);
+        let n: usize = shape.iter().product();
+        let is_norm = matches!(
+            w,
+            WeightName::FinalNorm
+                | WeightName::Layer(_, LayerWeight::AttnNorm | LayerWeight::FfnNorm)
+        );
+        if is_norm {
+            return Ok(HostTensor::new(shape, vec![1.0; n]));
+        }
+        const CHUNK: usize = 1 << 16;
+        let base = self.seed ^ name_hash(w);
+        let mut data = vec![0f32; n];
+        data.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(i, chunk)| {
+                let mut state = base ^ (i as u64).wrapping_mul(0xD134_2543_DE82_EF95);
+                for x in chunk {
+                    // 24 random bits → [-1, 1) → ±0.035.
+                    let u = (splitmix(&mut state) >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                    *x = u * 0.035;
+                }
+            });
+        Ok(HostTensor::new(shape, data))
+    }
+}
+
+/// The config (and tokenizer, when one comes with it) behind `spec` for dummy weights: a
+/// `config.json` file, an HF directory or hub id, or a GGUF file (its weights are not read).
+pub fn open_dummy_config(spec: &str) -> Result<(ModelConfig, Option<Tokenizer>)> {
+    let path = Path::new(spec);
+    if path.is_file() && path.extension().is_some_and(|e| e == "json") {
+        let config = parse_config(path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        return Ok((config, hf_tokenizer(dir)?));
+    }
+    match resolve(spec)? {
+        ModelLocation::Gguf(p) => {
+            let gguf = GgufFile::open(&p)?;
+            Ok((gguf.model_config()?, Some(Tokenizer::from_gguf(&gguf)?)))
+        }
+        ModelLocation::HfDir(dir) => {
+            let config = parse_config(&dir.join("config.json"))?;
+            Ok((config, hf_tokenizer(&dir)?))
+        }
+    }
+}
+
+fn hf_tokenizer(dir: &Path) -> Result<Option<Tokenizer>> {
+    if !dir.join("tokenizer.json").is_file() {
+        return Ok(None);
+    }
+    Tokenizer::from_hf_dir(dir, &[])
+        .map(Some)
+        .map_err(|e| match e {
+            InferError::Tokenizer(m) => InferError::Tokenizer(format!("{}: {m}", dir.display())),
+            other => other,
+        })
+}
