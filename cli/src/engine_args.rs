@@ -32,7 +32,8 @@ pub struct EngineArgs {
     /// KV pool budget in GiB on the CPU backend.
     #[arg(long, default_value_t = 4.0)]
     pub kv_cache_memory: f64,
-    /// Fraction of device memory for weights, activations and the KV pool (GPU backends).
+    /// Share of the device memory left free after the weights and a profiled worst-case step
+    /// that the KV pool takes (GPU backends).
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,
     /// Host memory in GiB for swapped-out KV blocks.

@@ -226,7 +226,6 @@ fn invalid_parameters() {
     expect_error(&p, &["--temperature=-1"], "invalid parameter `temperature`");
     expect_error(&p, &["--max-tokens", "0"], "invalid parameter `max_tokens`");
     expect_error(&p, &["--threads", "0"], "--threads must be at least 1");
-    expect_error(&p, &["--backend", "cuda"], "not available in this build");
 }
 
 #[test]

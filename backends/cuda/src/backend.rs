@@ -103,6 +103,8 @@ impl CudaBackend {
         if let Some(last) = shape.last_mut() {
             *last = n;
         }
+        // cuBLAS runs in the thread's current context (kernel launches bind it themselves).
+        self.dev.ctx.bind_to_thread()?;
         let mut out = self.zeros_f32(m * n)?;
         let xs = x.f32("matmul")?;
         let s = &self.dev.stream;

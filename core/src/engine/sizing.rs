@@ -19,8 +19,9 @@ pub enum KvBudget {
     Blocks(usize),
     /// Bytes for the pool (CPU: `--kv-cache-memory`).
     Bytes(u64),
-    /// This fraction of device memory, minus what the profiling step peaked at
-    /// (`--gpu-memory-utilization`).
+    /// This fraction of the device memory left free after the weights and the profiling
+    /// step's peak (`--gpu-memory-utilization`): on a shared GPU, other processes' memory
+    /// is not ours to take.
     DeviceFraction(f64),
 }
 
@@ -100,13 +101,14 @@ pub fn plan_kv_pool(req: &PoolRequest, profiled: Option<DeviceMemory>) -> Result
                     "this backend cannot report device memory; give the KV pool size in blocks or bytes",
                 ));
             };
-            let usable = (mem.total_bytes as f64 * f) as u64;
-            let free = usable.saturating_sub(mem.peak_used_bytes);
+            let left = mem.total_bytes.saturating_sub(mem.peak_used_bytes);
+            let free = (left as f64 * f) as u64;
             info!(
-                "device memory {:.2} GiB × {f} = {:.2} GiB; weights and a worst-case step peaked at {:.2} GiB",
+                "device memory {:.2} GiB, {:.2} GiB used after weights and a worst-case step; KV pool {f} × {:.2} GiB = {:.2} GiB",
                 mem.total_bytes as f64 / GIB,
-                usable as f64 / GIB,
-                mem.peak_used_bytes as f64 / GIB
+                mem.peak_used_bytes as f64 / GIB,
+                left as f64 / GIB,
+                free as f64 / GIB
             );
             (free / per_block) as usize
         }
@@ -175,13 +177,14 @@ mod tests {
     }
 
     #[test]
-    fn device_fraction_subtracts_the_profiled_peak() {
+    fn device_fraction_takes_a_share_of_what_the_profiled_step_left() {
         let mem = DeviceMemory {
             total_bytes: 1 << 30,
             peak_used_bytes: 1 << 29,
         };
+        // 0.75 of the 512 MiB left, not 0.75 of the total minus the used part.
         let p = plan_kv_pool(&req(KvBudget::DeviceFraction(0.75), false), Some(mem)).unwrap();
-        assert_eq!(p.num_device_blocks, (1 << 28) / 1024);
+        assert_eq!(p.num_device_blocks, (3 << 27) / 1024);
         assert!(plan_kv_pool(&req(KvBudget::DeviceFraction(0.75), false), None).is_err());
         assert!(plan_kv_pool(&req(KvBudget::DeviceFraction(1.5), false), Some(mem)).is_err());
     }
