@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cudarc::cublas::sys::{cublasComputeType_t, cublasOperation_t, cudaDataType};
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use infer_core::batch::BatchInput;
 use infer_core::error::Result;
@@ -108,80 +108,72 @@ impl CudaBackend {
         let mut out = self.zeros_f32(m * n)?;
         let xs = x.f32("matmul")?;
         let s = &self.dev.stream;
-        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let handle = *self.dev.blas.handle();
-        match &w.storage {
-            Storage::F16(ws) => {
-                // Activations to f16 for the tensor cores; accumulation stays f32.
-                self.count(m * k * 2);
-                let mut xh = s.alloc_zeros::<u16>((m * k).max(1))?;
-                let f = self.dev.function("cast_f32_f16")?;
-                let len = u32_arg("matmul", m * k)?;
-                let mut b = s.launch_builder(f);
-                b.arg(xs).arg(&mut xh).arg(&len);
-                // SAFETY: cast_f32_f16(const float*, f16*, u32) over m*k elements, both
-                // buffers hold m*k.
-                unsafe { b.launch(elementwise(m * k)) }?;
-                let (wp, _w) = ws.device_ptr(s);
-                let (xp, _x) = xh.device_ptr(s);
-                let (op, _o) = out.device_ptr_mut(s);
-                // SAFETY: pointers are live device buffers of n*k, m*k (f16) and m*n (f32)
-                // elements on the handle's stream; leading dimensions match those shapes.
-                unsafe {
-                    cudarc::cublas::result::gemm_ex(
-                        handle,
-                        cublasOperation_t::CUBLAS_OP_T,
-                        cublasOperation_t::CUBLAS_OP_N,
-                        ni,
-                        mi,
-                        ki,
-                        &alpha as *const f32 as *const _,
-                        wp as *const _,
-                        cudaDataType::CUDA_R_16F,
-                        ki,
-                        xp as *const _,
-                        cudaDataType::CUDA_R_16F,
-                        ki,
-                        &beta as *const f32 as *const _,
-                        op as *mut _,
-                        cudaDataType::CUDA_R_32F,
-                        ni,
-                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                        cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-                    )
-                }?;
-            }
-            Storage::F32(ws) => {
-                let (wp, _w) = ws.device_ptr(s);
-                let (xp, _x) = xs.device_ptr(s);
-                let (op, _o) = out.device_ptr_mut(s);
-                // SAFETY: as above with f32 buffers; plain f32 compute (no TF32), the exact path.
-                unsafe {
-                    cudarc::cublas::result::gemm_ex(
-                        handle,
-                        cublasOperation_t::CUBLAS_OP_T,
-                        cublasOperation_t::CUBLAS_OP_N,
-                        ni,
-                        mi,
-                        ki,
-                        &alpha as *const f32 as *const _,
-                        wp as *const _,
-                        cudaDataType::CUDA_R_32F,
-                        ki,
-                        xp as *const _,
-                        cudaDataType::CUDA_R_32F,
-                        ki,
-                        &beta as *const f32 as *const _,
-                        op as *mut _,
-                        cudaDataType::CUDA_R_32F,
-                        ni,
-                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                        cudarc::cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    )
-                }?;
-            }
+        if m == 0 || n == 0 || k == 0 {
+            // Nothing to multiply (k = 0: the zero-filled output is the product).
+            return Ok(CudaTensor {
+                storage: Storage::F32(out),
+                shape,
+            });
         }
+        let dims = |v: usize| i32::try_from(v).map_err(|_| op_err("matmul", "dimension over i32"));
+        let (mi, ni, ki) = (dims(m)?, dims(n)?, dims(k)?);
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // f16 weights: activations cast to f16 for the tensor cores, accumulation stays f32.
+        let mut x_half = None;
+        if let Storage::F16(_) = &w.storage {
+            self.count(m * k * 2);
+            let mut xh = s.alloc_zeros::<u16>(m * k)?;
+            let len = u32_arg("matmul", m * k)?;
+            let mut b = s.launch_builder(self.dev.function("cast_f32_f16")?);
+            b.arg(xs).arg(&mut xh).arg(&len);
+            // SAFETY: cast_f32_f16(const float*, f16*, u32) over m*k elements; both buffers
+            // hold m*k.
+            unsafe { b.launch(elementwise(m * k)) }?;
+            x_half = Some(xh);
+        }
+        let ((wp, _w), (xp, _x), dtype, algo) = match (&w.storage, &x_half) {
+            (Storage::F16(ws), Some(xh)) => (
+                ws.device_ptr(s),
+                xh.device_ptr(s),
+                cudaDataType::CUDA_R_16F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+            ),
+            // Plain f32 compute (no TF32): the exact path.
+            (Storage::F32(ws), _) => (
+                ws.device_ptr(s),
+                xs.device_ptr(s),
+                cudaDataType::CUDA_R_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            ),
+            (Storage::F16(_), None) => return Err(op_err("matmul", "f16 activations missing")),
+        };
+        let (op, _o) = out.device_ptr_mut(s);
+        // SAFETY: live device buffers on the handle's stream: w n*k and x m*k of `dtype`,
+        // out m*n f32; the leading dimensions (k, k, n) match those row-major shapes.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *self.dev.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                ni,
+                mi,
+                ki,
+                &alpha as *const f32 as *const _,
+                wp as *const _,
+                dtype,
+                ki,
+                xp as *const _,
+                dtype,
+                ki,
+                &beta as *const f32 as *const _,
+                op as *mut _,
+                cudaDataType::CUDA_R_32F,
+                ni,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                algo,
+            )
+        }?;
+        drop((_w, _x, _o));
         Ok(CudaTensor {
             storage: Storage::F32(out),
             shape,

@@ -3,7 +3,7 @@
 
 use cudarc::driver::{CudaSlice, PinnedHostSlice, PushKernelArg};
 use infer_core::backend::KvCacheSpec;
-use infer_core::block_manager::BlockCopy;
+use infer_core::block_manager::{check_copies, BlockCopy};
 use infer_core::error::Result;
 
 use crate::backend::{u32_arg, CudaBackend, CudaBatch};
@@ -37,16 +37,7 @@ fn check_blocks(
     from_blocks: usize,
     to_blocks: usize,
 ) -> CudaResult<()> {
-    match copies
-        .iter()
-        .find(|&&(f, t)| f as usize >= from_blocks || t as usize >= to_blocks)
-    {
-        Some(c) => Err(op_err(
-            op,
-            format!("copy {c:?} outside {from_blocks} / {to_blocks} blocks"),
-        )),
-        None => Ok(()),
-    }
+    check_copies(copies, from_blocks, to_blocks).map_err(|e| op_err(op, e))
 }
 
 impl CudaBackend {

@@ -2,7 +2,7 @@
 //! `[slot, kv_heads * head_dim]`), its host swap space, and the block moves between them.
 
 use infer_core::backend::KvCacheSpec;
-use infer_core::block_manager::BlockCopy;
+use infer_core::block_manager::{check_copies, BlockCopy};
 use infer_core::error::Result;
 
 use crate::backend::{gpu_err, WgpuBackend};
@@ -28,16 +28,7 @@ pub(crate) fn row_and_block(spec: &KvCacheSpec) -> (usize, usize) {
 }
 
 fn check_blocks(what: &str, copies: &[BlockCopy], from: usize, to: usize) -> Result<()> {
-    match copies
-        .iter()
-        .find(|&&(a, b)| a as usize >= from || b as usize >= to)
-    {
-        Some(c) => Err(op_err(
-            what,
-            format!("block pair {c:?} outside {from} / {to} blocks"),
-        )),
-        None => Ok(()),
-    }
+    check_copies(copies, from, to).map_err(|e| op_err(what, e))
 }
 
 impl WgpuBackend {

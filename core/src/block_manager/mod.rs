@@ -25,6 +25,25 @@ pub type SeqId = u64;
 /// A block copy `(from, to)`: within the device (copy-on-write) or between device and host.
 pub type BlockCopy = (BlockId, BlockId);
 
+/// Checks that every copy's source is below `from_blocks` and its destination below
+/// `to_blocks` (backends check the engine's copies before touching device memory); the error
+/// names the first that is not.
+pub fn check_copies(
+    copies: &[BlockCopy],
+    from_blocks: usize,
+    to_blocks: usize,
+) -> std::result::Result<(), String> {
+    match copies
+        .iter()
+        .find(|&&(f, t)| f as usize >= from_blocks || t as usize >= to_blocks)
+    {
+        Some(c) => Err(format!(
+            "block pair {c:?} outside {from_blocks} / {to_blocks} blocks"
+        )),
+        None => Ok(()),
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct SeqBlocks {
     table: Vec<BlockId>,
