@@ -129,7 +129,9 @@ pub fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> Result<(LlamaMod
             args.model
         ),
     };
-    if tokenizer.vocab_size() > config.vocab_size {
+    // A tokenizer taken from another model must only produce ids this one has.
+    let borrowed = args.tokenizer.is_some() || args.load_format == LoadFormat::Dummy;
+    if borrowed && tokenizer.vocab_size() > config.vocab_size {
         bail!(
             "the tokenizer's vocabulary ({}) is larger than the model's ({})",
             tokenizer.vocab_size(),

@@ -102,6 +102,15 @@ impl BatchInput {
     pub fn block_table(&self, seq: usize) -> &[u32] {
         &self.block_tables[seq * self.max_blocks_per_seq..(seq + 1) * self.max_blocks_per_seq]
     }
+
+    /// `[num_tokens]` the sequence (index into the block tables) each token belongs to.
+    pub fn token_seqs(&self) -> Vec<u32> {
+        let mut seqs = Vec::with_capacity(self.num_tokens());
+        for (seq, w) in self.query_start.windows(2).enumerate() {
+            seqs.extend(std::iter::repeat_n(seq as u32, (w[1] - w[0]) as usize));
+        }
+        seqs
+    }
 }
 
 #[cfg(test)]
@@ -139,6 +148,7 @@ mod tests {
         assert_eq!(b.logits_indices, [2, 3]);
         assert_eq!(b.block_table(0), [3, 1, 0]);
         assert_eq!(b.block_table(1), [2, 0, 4]);
+        assert_eq!(b.token_seqs(), [0, 0, 0, 1]);
     }
 
     #[test]

@@ -28,27 +28,20 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
-__device__ float block_sum(float v) {
+// Sum (or max) over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
+// it. The leading barrier lets consecutive calls share the scratch array.
+__device__ float block_reduce(float v, bool take_max) {
     __shared__ float partial[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum(v);
+    v = take_max ? warp_max(v) : warp_sum(v);
     __syncthreads();
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     int warps = blockDim.x >> 5;
-    v = lane < warps ? partial[lane] : 0.0f;
-    return warp_sum(v);
+    float identity = take_max ? -INFINITY : 0.0f;
+    v = lane < warps ? partial[lane] : identity;
+    return take_max ? warp_max(v) : warp_sum(v);
 }
 
-__device__ float block_max(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    int warps = blockDim.x >> 5;
-    v = lane < warps ? partial[lane] : -INFINITY;
-    return warp_max(v);
-}
+__device__ __forceinline__ float block_sum(float v) { return block_reduce(v, false); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce(v, true); }

@@ -39,12 +39,7 @@ pub fn paged_attention(
     }
     // Every block a token can read must be inside the cache.
     let max_blocks = batch.input.max_blocks_per_seq;
-    if let Some(b) = batch
-        .input
-        .block_tables
-        .iter()
-        .find(|&&b| b as usize >= spec.num_blocks)
-    {
+    if let Some(b) = batch.max_block.filter(|&b| b as usize >= spec.num_blocks) {
         return Err(op_err(
             "paged_attention",
             format!("block {b} >= {}", spec.num_blocks),

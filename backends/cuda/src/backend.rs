@@ -42,6 +42,10 @@ pub struct CudaBatch {
     pub(crate) logits_indices: CudaSlice<u32>,
     /// Largest context any token of the step attends over.
     pub(crate) max_context: usize,
+    /// Largest KV slot written and block id read: the per-layer checks against the cache
+    /// compare these instead of scanning the batch every layer.
+    pub(crate) max_slot: Option<u32>,
+    pub(crate) max_block: Option<u32>,
 }
 
 pub(crate) fn u32_arg(op: &'static str, n: usize) -> std::result::Result<u32, CudaError> {

@@ -184,12 +184,7 @@ impl CudaBackend {
             )
             .into());
         }
-        if let Some(s) = batch
-            .input
-            .slot_mapping
-            .iter()
-            .find(|&&s| s as usize >= slots)
-        {
+        if let Some(s) = batch.max_slot.filter(|&s| s as usize >= slots) {
             return Err(op_err("write_kv", format!("slot {s} >= {slots}")).into());
         }
         let w = u32_arg("write_kv", width)?;

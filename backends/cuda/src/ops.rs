@@ -69,10 +69,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload_batch(&self, b: &BatchInput) -> Result<CudaBatch> {
-        let n = b.num_tokens();
-        let token_seq: Vec<u32> = (0..n)
-            .map(|t| (b.query_start.partition_point(|&s| s as usize <= t) - 1) as u32)
-            .collect();
+        let token_seq = b.token_seqs();
         let max_context = b
             .positions
             .iter()
@@ -88,6 +85,8 @@ impl Backend for CudaBackend {
             logits_indices: self.upload_u32(&b.logits_indices)?,
             input: b.clone(),
             max_context,
+            max_slot: b.slot_mapping.iter().copied().max(),
+            max_block: b.block_tables.iter().copied().max(),
         })
     }
 
@@ -301,12 +300,7 @@ impl Backend for CudaBackend {
         style: RopeStyle,
     ) -> Result<()> {
         let (rows, cols) = x.rows_cols();
-        let max_pos = batch
-            .input
-            .positions
-            .iter()
-            .max()
-            .map_or(0, |&p| p as usize + 1);
+        let max_pos = batch.max_context;
         let (table_rows, table_cols) = cos_sin.rows_cols();
         if rows != batch.input.num_tokens()
             || head_dim == 0

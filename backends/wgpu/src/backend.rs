@@ -122,11 +122,12 @@ impl Backend for WgpuBackend {
     }
 
     fn upload_batch(&self, b: &BatchInput) -> Result<WgpuBatch> {
-        let mut info = Vec::with_capacity(2 * b.num_tokens());
-        for t in 0..b.num_tokens() {
-            let seq = b.query_start.partition_point(|&s| s as usize <= t) - 1;
-            info.extend([b.positions[t], seq as u32]);
-        }
+        let info: Vec<u32> = b
+            .positions
+            .iter()
+            .zip(b.token_seqs())
+            .flat_map(|(&pos, seq)| [pos, seq])
+            .collect();
         let c = &self.ctx;
         Ok(WgpuBatch {
             token_ids: c.stage_u32(&b.token_ids),

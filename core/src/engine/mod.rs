@@ -149,6 +149,12 @@ impl<E: Executor> Engine<E> {
     /// shows at once).
     pub fn stats(&self) -> EngineStats {
         let mut s = self.stats;
+        self.fill_live_stats(&mut s);
+        s
+    }
+
+    /// Queue sizes and KV usage as they are now.
+    fn fill_live_stats(&self, s: &mut EngineStats) {
         s.num_running = self.scheduler.num_running();
         s.num_waiting = self.scheduler.num_waiting();
         s.num_swapped = self.scheduler.num_swapped();
@@ -156,7 +162,6 @@ impl<E: Executor> Engine<E> {
         s.kv_usage = bm.device_usage();
         s.kv_blocks_logical = bm.num_logical_device_blocks();
         s.kv_blocks_physical = bm.num_referenced_device_blocks();
-        s
     }
 
     pub fn executor(&self) -> &E {
@@ -247,13 +252,9 @@ impl<E: Executor> Engine<E> {
         let result = self.process(&plan.chunks, &mut logits, started);
         self.logits = logits;
         let outputs = result?;
-        self.stats.num_running = self.scheduler.num_running();
-        self.stats.num_waiting = self.scheduler.num_waiting();
-        self.stats.num_swapped = self.scheduler.num_swapped();
-        let bm = self.scheduler.block_manager();
-        self.stats.kv_usage = bm.device_usage();
-        self.stats.kv_blocks_logical = bm.num_logical_device_blocks();
-        self.stats.kv_blocks_physical = bm.num_referenced_device_blocks();
+        let mut stats = self.stats;
+        self.fill_live_stats(&mut stats);
+        self.stats = stats;
         self.stats.sum_blocks_logical += self.stats.kv_blocks_logical as u64;
         self.stats.sum_blocks_physical += self.stats.kv_blocks_physical as u64;
         self.stats.last_step_time = started.elapsed();
