@@ -1,12 +1,70 @@
 //! The op-level backend trait. The Llama forward (`model::llama`) is written once against it;
 //! the CPU, wgpu and CUDA backends implement it. Ops may enqueue work; `to_host` is the sync
-//! point. Batch metadata is passed explicitly (uploaded once per step as `Self::Batch`).
+//! point, and `read_logits` the step's one read-back, which may complete later (the browser
+//! cannot block on the GPU). Batch metadata is passed explicitly (uploaded once per step as
+//! `Self::Batch`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 use crate::batch::BatchInput;
 use crate::block_manager::BlockCopy;
 use crate::config::RopeStyle;
 use crate::error::Result;
 use crate::weights::{HostTensor, PackedTensor};
+
+/// What a step leaves for sampling: the logits rows, or, when the batch asked only for argmaxes
+/// (`BatchInput::argmax_only`) and the backend computed them where the logits live, one id
+/// per row.
+#[derive(Debug, Default)]
+pub struct StepLogits {
+    /// `[rows * vocab]`.
+    pub rows: Vec<f32>,
+    pub argmax: Option<Vec<u32>>,
+}
+
+impl StepLogits {
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.argmax = None;
+    }
+}
+
+/// A step's read-back: already on the host, or a future that completes once the device has
+/// finished the step. Natively the device is driven by `Backend::wait_device` (then the result
+/// is there at once); in the browser by its event loop, so the caller awaits it.
+pub enum PendingLogits {
+    Ready(StepLogits),
+    InFlight(Pin<Box<dyn Future<Output = Result<StepLogits>>>>),
+}
+
+impl PendingLogits {
+    /// The result after the device was waited for: an in-flight read that is still not
+    /// complete then is an error, never a hang.
+    pub fn take_now(self) -> Result<StepLogits> {
+        match self {
+            PendingLogits::Ready(l) => Ok(l),
+            PendingLogits::InFlight(mut f) => {
+                match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => Err(crate::error::InferError::Backend {
+                        backend: "device",
+                        message: "the step's read-back had not completed after waiting for the device".into(),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Awaits the result (the browser: the event loop completes the mapping).
+    pub async fn resolve(self) -> Result<StepLogits> {
+        match self {
+            PendingLogits::Ready(l) => Ok(l),
+            PendingLogits::InFlight(f) => f.await,
+        }
+    }
+}
 
 /// A tensor living in the backend's memory.
 pub trait DeviceTensor {
@@ -109,6 +167,28 @@ pub trait Backend {
     /// rows).
     fn argmax_to_host(&self, _logits: &Self::Tensor) -> Result<Option<Vec<u32>>> {
         Ok(None)
+    }
+    /// Starts the step's one read-back: each row's argmax when `argmax` and the backend has
+    /// `argmax_to_host`, else every row. The default reads synchronously; backends whose
+    /// device runs asynchronously return the read in flight (see `PendingLogits`).
+    fn read_logits(&self, logits: &Self::Tensor, argmax: bool) -> Result<PendingLogits> {
+        if argmax {
+            if let Some(ids) = self.argmax_to_host(logits)? {
+                return Ok(PendingLogits::Ready(StepLogits {
+                    rows: Vec::new(),
+                    argmax: Some(ids),
+                }));
+            }
+        }
+        Ok(PendingLogits::Ready(StepLogits {
+            rows: self.to_host(logits)?.data,
+            argmax: None,
+        }))
+    }
+    /// Blocks until the device has finished everything submitted and completed pending
+    /// read-backs (native only; the default does nothing: ops already ran).
+    fn wait_device(&self) -> Result<()> {
+        Ok(())
     }
 
     /// `out[t] = table[token_ids[t]]`: `[num_tokens, hidden]`.

@@ -2,7 +2,9 @@
 //! step, streaming text as it completes. The minimal loop without a scheduler: reference
 //! tests use it; everything serving many requests goes through `engine::Engine`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use web_time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

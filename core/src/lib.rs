@@ -8,13 +8,16 @@ pub mod backend;
 pub mod batch;
 pub mod block_manager;
 pub mod config;
+#[cfg(feature = "native")]
 pub mod dummy;
 pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod hf;
+#[cfg(feature = "native")]
 pub mod hub;
+#[cfg(feature = "native")]
 pub mod loader;
 pub mod model;
 pub mod sampling;
@@ -22,7 +25,9 @@ pub mod scheduler;
 pub mod tokenizer;
 pub mod weights;
 
-pub use backend::{AttentionParams, Backend, DeviceMemory, DeviceTensor, KvCacheSpec};
+pub use backend::{
+    AttentionParams, Backend, DeviceMemory, DeviceTensor, KvCacheSpec, PendingLogits,
+};
 pub use batch::{BatchInput, SequenceChunk};
 pub use config::{ModelConfig, RopeScaling, RopeStyle};
 pub use engine::{
@@ -32,6 +37,7 @@ pub use engine::{
 };
 pub use error::{InferError, Result};
 pub use generate::{FinishReason, GenerationOutput, Generator};
+#[cfg(feature = "native")]
 pub use loader::{open_model, ModelFiles};
 pub use model::LlamaModel;
 pub use sampling::SamplingParams;

@@ -17,10 +17,10 @@ fn k_quants_dequantize_like_ggml() {
         let info = &g.tensors[name];
         assert_eq!(info.dtype, dtype);
         let mut got = vec![0f32; info.shape.iter().product()];
-        dtype.dequantize(g.tensor_bytes(info), &mut got);
+        dtype.dequantize(g.tensor_bytes(info).unwrap(), &mut got);
         let expected_info = &g.tensors[&format!("{name}.expected")];
         let mut want = vec![0f32; got.len()];
-        GgmlType::F32.dequantize(g.tensor_bytes(expected_info), &mut want);
+        GgmlType::F32.dequantize(g.tensor_bytes(expected_info).unwrap(), &mut want);
         let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
         let diff = max_abs_diff(&got, &want);
         assert!(

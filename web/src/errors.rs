@@ -8,7 +8,7 @@ use warp::http::StatusCode;
 use warp::reject::Rejection;
 use warp::reply::Reply;
 
-use crate::api::{ErrorBody, ErrorDetail};
+use crate::api::{ErrorBody, ErrorDetail, RequestError};
 use crate::engine_loop::SubmitError;
 
 #[derive(Debug)]
@@ -61,27 +61,19 @@ impl ApiError {
     }
 }
 
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        ApiError {
+            status: StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            message: e.message,
+            param: e.param,
+        }
+    }
+}
+
 impl From<InferError> for ApiError {
     fn from(e: InferError) -> Self {
-        let param = match &e {
-            InferError::InvalidParameter { name, .. } => Some(name.to_string()),
-            InferError::PromptTooLong { .. } | InferError::EmptyPrompt => Some("prompt".into()),
-            InferError::ChatTemplate(_) => Some("messages".into()),
-            _ => None,
-        };
-        let status = match e {
-            InferError::InvalidParameter { .. }
-            | InferError::PromptTooLong { .. }
-            | InferError::EmptyPrompt
-            | InferError::ChatTemplate(_)
-            | InferError::Tokenizer(_) => StatusCode::BAD_REQUEST,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError {
-            status,
-            message: e.to_string(),
-            param,
-        }
+        RequestError::from(e).into()
     }
 }
 

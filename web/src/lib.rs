@@ -1,7 +1,7 @@
 //! infer's OpenAI-compatible HTTP server on warp: the engine runs on its own thread
 //! (`engine_loop`), handlers talk to it over channels and stream with SSE.
 
-pub mod api;
+pub use infer_api as api;
 mod chat;
 mod completions;
 pub mod engine_loop;

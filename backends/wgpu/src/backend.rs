@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use infer_core::backend::{AttentionParams, Backend, DeviceTensor, KvCacheSpec};
+use infer_core::backend::{
+    AttentionParams, Backend, DeviceTensor, KvCacheSpec, PendingLogits, StepLogits,
+};
 use infer_core::batch::BatchInput;
 use infer_core::block_manager::BlockCopy;
 use infer_core::config::RopeStyle;
@@ -46,6 +48,7 @@ pub(crate) fn gpu_err(e: GpuError) -> InferError {
 
 impl WgpuBackend {
     /// Opens the adapter chosen by `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` (see `GpuContext`).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(weights: WeightStorage) -> Result<Self> {
         let ctx = Arc::new(GpuContext::new().map_err(gpu_err)?);
         Ok(Self::with_context(ctx, weights))
@@ -185,6 +188,40 @@ impl Backend for WgpuBackend {
             .argmax(logits.buf("argmax")?, rows, cols)
             .map_err(gpu_err)?;
         Ok(Some(self.ctx.read_u32(&ids, rows).map_err(gpu_err)?))
+    }
+
+    fn read_logits(&self, logits: &WgpuTensor, argmax: bool) -> Result<PendingLogits> {
+        let (rows, cols) = logits.rows_cols();
+        let src = logits.buf("read_logits")?;
+        if argmax {
+            let ids = self.ctx.argmax(src, rows, cols).map_err(gpu_err)?;
+            let read = self
+                .ctx
+                .read_bytes_async(&[(&ids, 0, rows as u64 * 4)])
+                .map_err(gpu_err)?;
+            return Ok(PendingLogits::InFlight(Box::pin(async move {
+                let bytes = read.await.map_err(gpu_err)?;
+                Ok(StepLogits {
+                    rows: Vec::new(),
+                    argmax: Some(bytemuck::cast_slice(&bytes).to_vec()),
+                })
+            })));
+        }
+        let read = self
+            .ctx
+            .read_bytes_async(&[(src, 0, logits.len() as u64 * 4)])
+            .map_err(gpu_err)?;
+        Ok(PendingLogits::InFlight(Box::pin(async move {
+            let bytes = read.await.map_err(gpu_err)?;
+            Ok(StepLogits {
+                rows: bytemuck::cast_slice(&bytes).to_vec(),
+                argmax: None,
+            })
+        })))
+    }
+
+    fn wait_device(&self) -> Result<()> {
+        self.ctx.wait_idle().map_err(gpu_err)
     }
 
     fn embedding(&self, table: &WgpuTensor, batch: &WgpuBatch) -> Result<WgpuTensor> {

@@ -2,9 +2,12 @@
 //! when asked, so an element a kernel forgets to write fails the comparison), dispatches into
 //! the step's encoder, the submission, and read-back.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytemuck::Pod;
+use futures_channel::oneshot;
 use wgpu::util::DeviceExt;
 
 use crate::context::{lock, GpuContext, GpuError, GpuResult};
@@ -176,23 +179,47 @@ impl GpuContext {
     }
 
     /// Reads byte ranges `(buffer, offset, bytes)` (multiples of 4) back, concatenated, with
-    /// one submission and one mapping.
+    /// one submission and one mapping, blocking until the device is done (native only: in the
+    /// browser the mapping completes only when the event loop runs, see `read_bytes_async`).
     pub fn read_bytes(&self, ranges: &[(&wgpu::Buffer, u64, u64)]) -> GpuResult<Vec<u8>> {
+        let mut read = self.begin_read(ranges)?;
+        self.wait_idle()?;
+        let mapped = read.mapped.try_recv().ok().flatten().ok_or_else(|| {
+            GpuError::Op("read-back never completed (no blocking read-back on the web)".into())
+        })?;
+        self.finish_read(read, mapped)
+    }
+
+    /// `read_bytes` without blocking: the copies are submitted now and the future completes
+    /// once the staging buffer is mapped (natively after `wait_idle`, in the browser when the
+    /// event loop delivers the mapping).
+    pub fn read_bytes_async(
+        self: &Arc<Self>,
+        ranges: &[(&wgpu::Buffer, u64, u64)],
+    ) -> GpuResult<impl Future<Output = GpuResult<Vec<u8>>> + 'static> {
+        let read = self.begin_read(ranges)?;
+        let ctx = self.clone();
+        Ok(async move {
+            let mut read = read;
+            let mapped = (&mut read.mapped).await.map_err(|_| {
+                GpuError::Op("the read-back was dropped (was the device lost?)".into())
+            })?;
+            ctx.finish_read(read, mapped)
+        })
+    }
+
+    /// Records the copies into a staging buffer, submits, and asks for the mapping.
+    fn begin_read(&self, ranges: &[(&wgpu::Buffer, u64, u64)]) -> GpuResult<PendingRead> {
         let total: u64 = ranges.iter().map(|r| r.2).sum();
-        // Held for the whole read: one mapping of the staging buffer at a time.
-        let mut staging_slot = lock(&self.staging);
-        let staging = match &*staging_slot {
-            Some(s) if s.size() >= total => s.clone(),
-            _ => {
-                let s = self.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("read-back"),
-                    size: total.max(256).next_power_of_two(),
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                });
-                *staging_slot = Some(s.clone());
-                s
-            }
+        // A read in flight keeps its staging buffer; the next one makes its own.
+        let staging = match lock(&self.staging).take() {
+            Some(s) if s.size() >= total => s,
+            _ => self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read-back"),
+                size: total.max(256).next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
         };
         let mut at = 0;
         for &(buffer, offset, bytes) in ranges {
@@ -200,26 +227,54 @@ impl GpuContext {
             at += bytes;
         }
         self.flush()?;
+        let (tx, mapped) = oneshot::channel();
         if total == 0 {
-            return Ok(Vec::new());
+            let _ = tx.send(Ok(()));
+        } else {
+            staging
+                .slice(..total)
+                .map_async(wgpu::MapMode::Read, move |r| {
+                    let _ = tx.send(r);
+                });
         }
-        let slice = staging.slice(..total);
-        let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        self.wait_idle()?;
-        rx.recv()
-            .map_err(|e| GpuError::Op(format!("read-back never completed: {e}")))?
-            .map_err(|e| GpuError::Op(format!("mapping the read-back buffer: {e}")))?;
-        let data = {
+        Ok(PendingRead {
+            staging,
+            total,
+            mapped,
+        })
+    }
+
+    fn finish_read(
+        &self,
+        read: PendingRead,
+        mapped: Result<(), wgpu::BufferAsyncError>,
+    ) -> GpuResult<Vec<u8>> {
+        mapped.map_err(|e| GpuError::Op(format!("mapping the read-back buffer: {e}")))?;
+        let data = if read.total == 0 {
+            Vec::new()
+        } else {
+            let slice = read.staging.slice(..read.total);
             let view = slice
                 .get_mapped_range()
                 .map_err(|e| GpuError::Op(format!("reading the mapped buffer: {e}")))?;
-            view.to_vec()
+            let data = view.to_vec();
+            drop(view);
+            read.staging.unmap();
+            data
         };
-        staging.unmap();
+        let mut slot = lock(&self.staging);
+        if slot.as_ref().is_none_or(|s| s.size() < read.staging.size()) {
+            *slot = Some(read.staging);
+        }
+        drop(slot);
         self.take_errors()?;
         Ok(data)
     }
+}
+
+/// A read-back between its submission and its mapping.
+struct PendingRead {
+    staging: wgpu::Buffer,
+    total: u64,
+    mapped: oneshot::Receiver<Result<(), wgpu::BufferAsyncError>>,
 }

@@ -37,6 +37,8 @@ pub struct GpuContext {
     pub(crate) recorder: Mutex<Recorder>,
     /// Read-back staging buffer, grown on demand.
     pub(crate) staging: Mutex<Option<wgpu::Buffer>>,
+    /// Why the device was lost, once it was (the browser can take a device away).
+    lost: Arc<Mutex<Option<String>>>,
     /// Validation and out-of-memory errors wgpu reported since the last check (instead of
     /// its default handler, which panics).
     errors: Arc<Mutex<Vec<String>>>,
@@ -52,6 +54,7 @@ fn describe(info: &wgpu::AdapterInfo) -> String {
 impl GpuContext {
     /// Opens the adapter named by `WGPU_ADAPTER_NAME` (a case-insensitive substring), else the
     /// first discrete GPU, else any, among the backends of `WGPU_BACKEND` (all by default).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new() -> GpuResult<Self> {
         pollster::block_on(Self::open(
             wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all()),
@@ -107,6 +110,15 @@ impl GpuContext {
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             lock(&sink).push(e.to_string());
         }));
+        let lost: Arc<Mutex<Option<String>>> = Arc::default();
+        let lost_sink = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            // `Destroyed` is our own drop; anything else is the driver or browser.
+            if reason != wgpu::DeviceLostReason::Destroyed {
+                tracing::error!(?reason, %message, "GPU device lost");
+            }
+            *lock(&lost_sink) = Some(format!("the GPU device was lost ({reason:?}): {message}"));
+        });
         Ok(GpuContext {
             pool: BufferPool::new(device.clone()),
             device,
@@ -117,13 +129,22 @@ impl GpuContext {
             pipelines: Mutex::new(HashMap::new()),
             recorder: Mutex::default(),
             staging: Mutex::new(None),
+            lost,
             errors,
             poison_outputs: AtomicBool::new(false),
         })
     }
 
-    /// The errors wgpu reported since the last call, as one error.
+    /// Why the device was lost, if it was.
+    pub fn lost(&self) -> Option<String> {
+        lock(&self.lost).clone()
+    }
+
+    /// The errors wgpu reported since the last call (or the device's loss), as one error.
     pub fn take_errors(&self) -> GpuResult<()> {
+        if let Some(why) = self.lost() {
+            return Err(GpuError::Op(why));
+        }
         let errors = std::mem::take(&mut *lock(&self.errors));
         if errors.is_empty() {
             Ok(())

@@ -3,6 +3,7 @@
 //! step recorder; `WgpuBackend` implements the core's `Backend` trait on it.
 
 mod backend;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod bench;
 mod buffers;
 mod cache;

@@ -112,6 +112,7 @@ impl Recorder {
     }
 
     /// Opens a pass that writes timestamps at its start and end (kernel benchmarks).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))] // used by the native kernel benchmarks
     pub fn timed_pass(&mut self, device: &wgpu::Device, queries: &wgpu::QuerySet, first: u32) {
         let pass = self
             .encoder(device)

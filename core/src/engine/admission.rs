@@ -1,7 +1,7 @@
 //! Admitting a request: validation against the engine's limits, its sequence in the
 //! scheduler, and its members (parallel samples, or the first beam).
 
-use std::time::Instant;
+use web_time::Instant;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;

@@ -3,41 +3,24 @@
 
 use std::sync::Arc;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, PendingLogits, StepLogits};
 use crate::batch::BatchInput;
 use crate::error::Result;
 use crate::model::LlamaModel;
 use crate::scheduler::CacheOps;
 
-/// What a step leaves for sampling: the logits rows, or, when the batch asked only for argmaxes
-/// (`BatchInput::argmax_only`) and the executor computed them where the logits live, one id
-/// per row.
-#[derive(Debug, Default)]
-pub struct StepLogits {
-    /// `[rows * vocab]`, reused across steps so 50 MB of rows are not allocated afresh.
-    pub rows: Vec<f32>,
-    pub argmax: Option<Vec<u32>>,
-}
-
-impl StepLogits {
-    pub fn clear(&mut self) {
-        self.rows.clear();
-        self.argmax = None;
-    }
-}
-
 pub trait Executor {
     /// Length of a logits row.
     fn vocab_size(&self) -> usize;
-    /// Performs `ops` (swap out, swap in, copy, in that order), then runs `batch` if there
-    /// is one, leaving its `batch.logits_indices.len()` logits rows (or their argmaxes) in
-    /// `out`.
-    fn execute(
-        &mut self,
-        ops: &CacheOps,
-        batch: Option<&BatchInput>,
-        out: &mut StepLogits,
-    ) -> Result<()>;
+    /// Performs `ops` (swap out, swap in, copy, in that order), then submits `batch` if there
+    /// is one and returns the read-back of its `batch.logits_indices.len()` logits rows (or
+    /// their argmaxes), which may still be in flight.
+    fn submit(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<PendingLogits>;
+    /// Blocks until the submitted work and its read-back are done (native engines call it
+    /// before `PendingLogits::take_now`; the browser awaits the read instead).
+    fn wait(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Engines over any backend behind one type (the CLI picks the backend at run time).
@@ -46,13 +29,12 @@ impl Executor for Box<dyn Executor> {
         (**self).vocab_size()
     }
 
-    fn execute(
-        &mut self,
-        ops: &CacheOps,
-        batch: Option<&BatchInput>,
-        out: &mut StepLogits,
-    ) -> Result<()> {
-        (**self).execute(ops, batch, out)
+    fn submit(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<PendingLogits> {
+        (**self).submit(ops, batch)
+    }
+
+    fn wait(&self) -> Result<()> {
+        (**self).wait()
     }
 }
 
@@ -92,13 +74,7 @@ impl<B: Backend> Executor for LlamaExecutor<B> {
         self.model.config().vocab_size
     }
 
-    fn execute(
-        &mut self,
-        ops: &CacheOps,
-        batch: Option<&BatchInput>,
-        out: &mut StepLogits,
-    ) -> Result<()> {
-        out.clear();
+    fn submit(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<PendingLogits> {
         let b = &self.backend;
         if !ops.swap_out.is_empty() {
             b.swap_out(&self.kv, &mut self.swap, &ops.swap_out)?;
@@ -109,20 +85,18 @@ impl<B: Backend> Executor for LlamaExecutor<B> {
         if !ops.copy.is_empty() {
             b.copy_blocks(&mut self.kv, &ops.copy)?;
         }
+        let nothing = PendingLogits::Ready(StepLogits::default());
         let Some(batch) = batch else {
-            return Ok(());
+            return Ok(nothing);
         };
         let logits = self.model.forward(b, batch, &mut self.kv)?;
         if batch.logits_indices.is_empty() {
-            return Ok(());
+            return Ok(nothing);
         }
-        if batch.argmax_only {
-            if let Some(ids) = b.argmax_to_host(&logits)? {
-                out.argmax = Some(ids);
-                return Ok(());
-            }
-        }
-        out.rows = b.to_host(&logits)?.data;
-        Ok(())
+        b.read_logits(&logits, batch.argmax_only)
+    }
+
+    fn wait(&self) -> Result<()> {
+        self.backend.wait_device()
     }
 }

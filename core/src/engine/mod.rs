@@ -15,9 +15,10 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub use executor::{Executor, LlamaExecutor, StepLogits};
+pub use crate::backend::{PendingLogits, StepLogits};
+pub use executor::{Executor, LlamaExecutor};
 use request::Request;
 pub use request::{
     CompletedRequest, CompletionOutput, Prompt, RequestMetrics, RequestOutput, SequenceDelta,
@@ -29,8 +30,9 @@ use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, SeqId};
 use crate::error::{InferError, Result};
 use crate::sampling::SamplingParams;
-use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
 use crate::tokenizer::Tokenizer;
+use web_time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -88,8 +90,14 @@ pub struct Engine<E: Executor> {
     next_seq: SeqId,
     eos_token_ids: Vec<u32>,
     stats: EngineStats,
-    /// Logits rows of the last step, reused.
-    logits: StepLogits,
+}
+
+/// A step between its submission and its read-back.
+struct StepInFlight {
+    chunks: Vec<ScheduledChunk>,
+    read: PendingLogits,
+    started: Instant,
+    executing: Instant,
 }
 
 impl<E: Executor> Engine<E> {
@@ -127,7 +135,6 @@ impl<E: Executor> Engine<E> {
             ids: HashMap::new(),
             next_seq: 0,
             stats: EngineStats::default(),
-            logits: StepLogits::default(),
         })
     }
 
@@ -195,7 +202,25 @@ impl<E: Executor> Engine<E> {
     }
 
     /// Schedules and runs one step; returns an output for every request that sampled a token.
+    /// Blocks on the device (native); the browser uses `step_async`, the same step with an
+    /// awaited read-back.
     pub fn step(&mut self) -> Result<Vec<RequestOutput>> {
+        let step = self.submit_step()?;
+        self.executor.wait()?;
+        let logits = step.read.take_now();
+        self.finish_step(step.chunks, logits, step.started, step.executing)
+    }
+
+    /// `step` for event-loop hosts (wasm + WebGPU): awaits the step's read-back instead of
+    /// blocking, so the device can complete it.
+    pub async fn step_async(&mut self) -> Result<Vec<RequestOutput>> {
+        let step = self.submit_step()?;
+        let logits = step.read.resolve().await;
+        self.finish_step(step.chunks, logits, step.started, step.executing)
+    }
+
+    /// Schedules, builds the batch and submits it to the executor.
+    fn submit_step(&mut self) -> Result<StepInFlight> {
         let started = Instant::now();
         let plan = self.scheduler.schedule()?;
         if plan.chunks.is_empty()
@@ -233,14 +258,7 @@ impl<E: Executor> Engine<E> {
             Some(b)
         };
         let executing = Instant::now();
-        let mut logits = std::mem::take(&mut self.logits);
-        logits.clear();
-        self.executor
-            .execute(&plan.cache_ops, batch.as_ref(), &mut logits)?;
-        self.stats.last_execute_time = executing.elapsed();
-
-        self.stats.steps += 1;
-        self.stats.argmax_steps += u64::from(logits.argmax.is_some());
+        let read = self.executor.submit(&plan.cache_ops, batch.as_ref())?;
         self.stats.preemptions += plan.preempted.len() as u64;
         self.stats.prefix_cache_hit_tokens += plan.prefix_hit_tokens as u64;
         self.stats.last_step_tokens = plan.num_batched_tokens;
@@ -249,9 +267,27 @@ impl<E: Executor> Engine<E> {
                 r.metrics.num_preemptions += 1;
             }
         }
-        let result = self.process(&plan.chunks, &mut logits, started);
-        self.logits = logits;
-        let outputs = result?;
+        Ok(StepInFlight {
+            chunks: plan.chunks,
+            read,
+            started,
+            executing,
+        })
+    }
+
+    /// Samples from the step's logits and updates the requests and counters.
+    fn finish_step(
+        &mut self,
+        chunks: Vec<ScheduledChunk>,
+        logits: Result<StepLogits>,
+        started: Instant,
+        executing: Instant,
+    ) -> Result<Vec<RequestOutput>> {
+        let mut logits = logits?;
+        self.stats.last_execute_time = executing.elapsed();
+        self.stats.steps += 1;
+        self.stats.argmax_steps += u64::from(logits.argmax.is_some());
+        let outputs = self.process(&chunks, &mut logits, started)?;
         let mut stats = self.stats;
         self.fill_live_stats(&mut stats);
         self.stats = stats;

@@ -3,7 +3,7 @@
 //! text, and the outputs.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use web_time::Instant;
 
 use super::sequences::{final_outputs, Ctx};
 use super::{Engine, Executor, RequestOutput, StepLogits, TokenLogprobs, TopLogprob};

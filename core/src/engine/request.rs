@@ -1,6 +1,8 @@
 //! What goes into the engine and what comes out of it, per request.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use web_time::Instant;
 
 use rand::rngs::StdRng;
 use serde::Serialize;

@@ -5,7 +5,7 @@ use crate::block_manager::BlockCopy;
 use crate::error::{InferError, Result};
 use crate::scheduler::CacheOps;
 
-use super::{Executor, StepLogits};
+use super::{Executor, PendingLogits, StepLogits};
 
 /// Returns one of a few fixed logit rows (chosen by the token's position), at the full cost
 /// of a real vocabulary for the sampler: isolates the engine's own per-step overhead.
@@ -37,21 +37,15 @@ impl Executor for FixedLogitsExecutor {
         self.rows[0].len()
     }
 
-    fn execute(
-        &mut self,
-        _ops: &CacheOps,
-        batch: Option<&BatchInput>,
-        step: &mut StepLogits,
-    ) -> Result<()> {
-        step.clear();
-        let out = &mut step.rows;
-        let Some(b) = batch else {
-            return Ok(());
-        };
-        for &i in &b.logits_indices {
-            out.extend(&self.rows[b.positions[i as usize] as usize % self.rows.len()]);
+    fn submit(&mut self, _ops: &CacheOps, batch: Option<&BatchInput>) -> Result<PendingLogits> {
+        let mut step = StepLogits::default();
+        if let Some(b) = batch {
+            for &i in &b.logits_indices {
+                let row = &self.rows[b.positions[i as usize] as usize % self.rows.len()];
+                step.rows.extend(row);
+            }
         }
-        Ok(())
+        Ok(PendingLogits::Ready(step))
     }
 }
 
@@ -125,13 +119,8 @@ impl Executor for SimulatedKvExecutor {
         self.vocab
     }
 
-    fn execute(
-        &mut self,
-        ops: &CacheOps,
-        batch: Option<&BatchInput>,
-        step: &mut StepLogits,
-    ) -> Result<()> {
-        step.clear();
+    fn submit(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<PendingLogits> {
+        let mut step = StepLogits::default();
         let out = &mut step.rows;
         let bs = self.block_size;
         Self::copy(&self.device, &mut self.host, &ops.swap_out, bs);
@@ -139,7 +128,7 @@ impl Executor for SimulatedKvExecutor {
         let snapshot = self.device.clone();
         Self::copy(&snapshot, &mut self.device, &ops.copy, bs);
         let Some(b) = batch else {
-            return Ok(());
+            return Ok(PendingLogits::Ready(step));
         };
         for (t, &slot) in b.slot_mapping.iter().enumerate() {
             self.device[slot as usize] = Some((b.token_ids[t], b.positions[t]));
@@ -170,6 +159,6 @@ impl Executor for SimulatedKvExecutor {
             step.argmax = Some(ids);
             step.rows.clear();
         }
-        Ok(())
+        Ok(PendingLogits::Ready(step))
     }
 }

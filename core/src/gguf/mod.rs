@@ -128,7 +128,7 @@ impl GgufFile {
     fn dequantize(&self, info: &GgufTensorInfo) -> Result<HostTensor> {
         let n: usize = info.shape.iter().product();
         let mut data = vec![0f32; n];
-        info.dtype.dequantize(self.tensor_bytes(info), &mut data);
+        info.dtype.dequantize(self.tensor_bytes(info)?, &mut data);
         Ok(HostTensor::new(info.shape.clone(), data))
     }
 }
@@ -191,7 +191,7 @@ impl WeightSource for GgufFile {
         Ok(Some(PackedTensor {
             shape: info.shape.clone(),
             dtype: info.dtype,
-            data: self.tensor_bytes(info).to_vec(),
+            data: self.tensor_bytes(info)?.to_vec(),
         }))
     }
 }

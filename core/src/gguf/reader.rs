@@ -1,12 +1,10 @@
-//! A small, bounds-checked GGUF reader over a memory map: header, metadata and tensor infos.
+//! A small, bounds-checked GGUF reader: header, metadata and tensor infos, over a memory map
+//! (native) or over a prefix of the file when its tensors arrive one at a time (the browser).
 //! Every read is checked against the file size, so a truncated or corrupt file is an error,
 //! never a panic or a huge allocation.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-
-use memmap2::Mmap;
 
 use super::dtype::GgmlType;
 use crate::error::{InferError, Result};
@@ -87,25 +85,110 @@ pub struct GgufTensorInfo {
     pub num_bytes: usize,
 }
 
+/// Where tensor bytes are read from.
+enum TensorData {
+    #[cfg(feature = "native")]
+    Mapped(memmap2::Mmap),
+    /// The file was parsed from its header: only tensors handed over with
+    /// `GgufFile::keep_tensor` are readable (the browser streams the rest to the GPU).
+    Streamed(BTreeMap<String, Vec<u8>>),
+}
+
 pub struct GgufFile {
     pub path: PathBuf,
     pub version: u32,
     pub metadata: BTreeMap<String, GgufValue>,
     pub tensors: BTreeMap<String, GgufTensorInfo>,
-    mmap: Mmap,
+    /// Bytes of the whole file.
+    pub file_len: u64,
+    /// Where the header ends (the first tensor's data may start here or later).
+    pub header_len: u64,
+    data: TensorData,
 }
 
 impl GgufFile {
+    #[cfg(feature = "native")]
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| InferError::io(path, e))?;
+        let file = std::fs::File::open(path).map_err(|e| InferError::io(path, e))?;
         // SAFETY: the map is read-only and lives as long as `GgufFile`; like every mmap-based
         // loader (llama.cpp, safetensors) we assume the file is not truncated while we run.
-        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| InferError::io(path, e))?;
+        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| InferError::io(path, e))?;
+        let len = mmap.len() as u64;
+        match Self::parse(path, &mmap, len)? {
+            Some(mut g) => {
+                g.data = TensorData::Mapped(mmap);
+                Ok(g)
+            }
+            None => Err(InferError::Gguf {
+                path: path.to_path_buf(),
+                reason: "the header runs past the end of the file: the file is truncated".into(),
+            }),
+        }
+    }
+
+    /// Parses the header from the first bytes of a file of `file_len` bytes. `Ok(None)`: the
+    /// header goes on past `prefix`; call again with more. Tensor data is not read: hand
+    /// tensors over with `keep_tensor`, or stream them (see `tensor_range`).
+    pub fn from_header(name: &str, prefix: &[u8], file_len: u64) -> Result<Option<Self>> {
+        Self::parse(Path::new(name), prefix, file_len)
+    }
+
+    /// Keeps a tensor's bytes (read by the caller from `tensor_range`) in a file parsed from its
+    /// header, e.g. `rope_freqs.weight`, which the config needs.
+    pub fn keep_tensor(&mut self, name: &str, bytes: Vec<u8>) -> Result<()> {
+        let expected = self.tensors.get(name).map(|i| i.num_bytes);
+        if expected != Some(bytes.len()) {
+            return Err(self.streamed_err(format!(
+                "tensor `{name}`: got {} bytes, expected {expected:?}",
+                bytes.len()
+            )));
+        }
+        match &mut self.data {
+            TensorData::Streamed(kept) => {
+                kept.insert(name.to_string(), bytes);
+                Ok(())
+            }
+            #[cfg(feature = "native")]
+            TensorData::Mapped(_) => Ok(()),
+        }
+    }
+
+    /// Byte range `[start, end)` of a tensor in the file.
+    pub fn tensor_range(info: &GgufTensorInfo) -> (u64, u64) {
+        (info.offset as u64, (info.offset + info.num_bytes) as u64)
+    }
+
+    fn streamed_err(&self, reason: String) -> InferError {
+        InferError::Gguf {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+
+    fn parse(path: &Path, buf: &[u8], file_len: u64) -> Result<Option<Self>> {
         let err = |reason: String| InferError::Gguf {
             path: path.to_path_buf(),
             reason,
         };
-        let mut cur = Cursor { buf: &mmap, pos: 0 };
+        let mut cur = Cursor {
+            buf,
+            pos: 0,
+            file_len,
+            short: false,
+        };
+        match Self::parse_header(&mut cur, path) {
+            Ok(g) => Ok(Some(g)),
+            Err(_) if cur.short => Ok(None),
+            Err(e) => Err(match e {
+                HeaderError::At(reason) => err(reason),
+                HeaderError::Infer(e) => e,
+            }),
+        }
+    }
+
+    fn parse_header(cur: &mut Cursor, path: &Path) -> std::result::Result<Self, HeaderError> {
+        let err = |reason: String| HeaderError::At(reason);
+        let file_len = cur.file_len;
         let magic = cur.bytes(4).map_err(err)?;
         if magic != MAGIC {
             return Err(err(format!(
@@ -146,12 +229,15 @@ impl GgufFile {
                 .ok_or_else(|| err(format!("general.alignment {v:?} is not a power of two")))?,
             None => DEFAULT_ALIGNMENT,
         };
-        let data_start = (cur.pos as u64).div_ceil(alignment) * alignment;
+        let header_len = cur.pos as u64;
+        let data_start = header_len.div_ceil(alignment) * alignment;
         let mut tensors = BTreeMap::new();
         for (name, (dims, type_id, rel_offset)) in infos {
-            let dtype = GgmlType::from_id(type_id).ok_or_else(|| InferError::UnsupportedDtype {
-                name: name.clone(),
-                dtype: format!("ggml type {type_id}"),
+            let dtype = GgmlType::from_id(type_id).ok_or_else(|| {
+                HeaderError::Infer(InferError::UnsupportedDtype {
+                    name: name.clone(),
+                    dtype: format!("ggml type {type_id}"),
+                })
             })?;
             let shape: Vec<usize> = dims.iter().rev().map(|&d| d as usize).collect();
             let n_elems = shape
@@ -170,10 +256,9 @@ impl GgufFile {
                 .checked_add(rel_offset)
                 .ok_or_else(|| err(format!("tensor `{name}`: bad offset {rel_offset}")))?;
             let end = offset.checked_add(num_bytes as u64);
-            if end.is_none_or(|e| e > mmap.len() as u64) {
+            if end.is_none_or(|e| e > file_len) {
                 return Err(err(format!(
-                    "tensor `{name}` ({num_bytes} bytes at offset {offset}) runs past the end of the file ({} bytes): the file is truncated",
-                    mmap.len()
+                    "tensor `{name}` ({num_bytes} bytes at offset {offset}) runs past the end of the file ({file_len} bytes): the file is truncated"
                 )));
             }
             let info = GgufTensorInfo {
@@ -192,13 +277,25 @@ impl GgufFile {
             version,
             metadata,
             tensors,
-            mmap,
+            file_len,
+            header_len,
+            data: TensorData::Streamed(BTreeMap::new()),
         })
     }
 
-    /// The raw bytes of a tensor (bounds were checked at open).
-    pub fn tensor_bytes(&self, info: &GgufTensorInfo) -> &[u8] {
-        &self.mmap[info.offset..info.offset + info.num_bytes]
+    /// The raw bytes of a tensor (bounds were checked at open). A file parsed from its header
+    /// has only the tensors it was handed.
+    pub fn tensor_bytes(&self, info: &GgufTensorInfo) -> Result<&[u8]> {
+        match &self.data {
+            #[cfg(feature = "native")]
+            TensorData::Mapped(m) => Ok(&m[info.offset..info.offset + info.num_bytes]),
+            TensorData::Streamed(kept) => kept.get(&info.name).map(Vec::as_slice).ok_or_else(|| {
+                self.streamed_err(format!(
+                    "tensor `{}` was not loaded (the file was opened from its header)",
+                    info.name
+                ))
+            }),
+        }
     }
 
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
@@ -206,23 +303,42 @@ impl GgufFile {
     }
 }
 
-/// Checked little-endian reads; errors are plain strings that the caller wraps with the path.
+enum HeaderError {
+    At(String),
+    Infer(InferError),
+}
+
+impl From<String> for HeaderError {
+    fn from(s: String) -> Self {
+        HeaderError::At(s)
+    }
+}
+
+/// Checked little-endian reads over the first `buf.len()` bytes of a `file_len`-byte file;
+/// errors are plain strings that the caller wraps with the path. A read past `buf` but inside
+/// the file sets `short` (the caller needs more of the file), past the file it is truncated.
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    file_len: u64,
+    short: bool,
 }
 
 type CurResult<T> = std::result::Result<T, String>;
 
 impl<'a> Cursor<'a> {
     fn bytes(&mut self, n: usize) -> CurResult<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = self.pos.checked_add(n).filter(|&e| e as u64 <= self.file_len);
         let Some(end) = end else {
             return Err(format!(
                 "unexpected end of file at byte {} (wanted {n} more bytes): the file is truncated",
                 self.pos
             ));
         };
+        if end > self.buf.len() {
+            self.short = true;
+            return Err(format!("the header goes on past byte {}", self.buf.len()));
+        }
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -246,7 +362,7 @@ impl<'a> Cursor<'a> {
     /// A length that must fit in what is left of the file at `min_item` bytes per item.
     fn len(&mut self, min_item: usize) -> CurResult<usize> {
         let n = self.u64()?;
-        let left = (self.buf.len() - self.pos) as u64;
+        let left = self.file_len.saturating_sub(self.pos as u64);
         if n.saturating_mul(min_item as u64) > left {
             return Err(format!(
                 "length {n} at byte {} exceeds the rest of the file: corrupt or truncated",

@@ -22,7 +22,7 @@ struct Layer<T> {
 }
 
 /// Matrices go to the backend packed when it takes them that way; everything else as f32.
-fn upload_weight<B: Backend>(
+pub fn upload_weight<B: Backend>(
     backend: &B,
     weights: &dyn WeightSource,
     config: &ModelConfig,
@@ -60,6 +60,22 @@ pub struct LlamaModel<B: Backend> {
     cos_sin: B::Tensor,
 }
 
+/// The context to serve: the model's own, or a smaller one asked for.
+pub fn checked_max_model_len(config: &ModelConfig, asked: Option<usize>) -> Result<usize> {
+    match asked {
+        None => Ok(config.max_position_embeddings),
+        Some(0) => Err(InferError::invalid("max_model_len", "must be > 0")),
+        Some(n) if n > config.max_position_embeddings => Err(InferError::invalid(
+            "max_model_len",
+            format!(
+                "{n} exceeds the model's context of {}",
+                config.max_position_embeddings
+            ),
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
 /// Load progress: (weights loaded, weights in total).
 pub type LoadProgress<'a> = &'a mut dyn FnMut(usize, usize);
 
@@ -74,44 +90,69 @@ impl<B: Backend> LlamaModel<B> {
         progress: LoadProgress,
     ) -> Result<Self> {
         config.validate()?;
-        let max_model_len = match max_model_len {
-            None => config.max_position_embeddings,
-            Some(0) => return Err(InferError::invalid("max_model_len", "must be > 0")),
-            Some(n) if n > config.max_position_embeddings => {
-                return Err(InferError::invalid(
-                    "max_model_len",
-                    format!(
-                        "{n} exceeds the model's context of {}",
-                        config.max_position_embeddings
-                    ),
-                ))
-            }
-            Some(n) => n,
-        };
-        let per_layer = if config.attention_bias { 12 } else { 9 };
-        let total = 3 + per_layer * config.num_layers;
-        let mut done = 0;
-        let mut load = |w: WeightName| -> Result<B::Tensor> {
-            let t = upload_weight(backend, weights, config, w)?;
-            done += 1;
-            progress(done, total);
-            Ok(t)
-        };
-        let embed = load(WeightName::Embed)?;
-        let lm_head = if weights.contains(WeightName::LmHead) {
-            Some(load(WeightName::LmHead)?)
-        } else if config.tie_word_embeddings {
-            None
-        } else {
+        let max_model_len = checked_max_model_len(config, max_model_len)?;
+        let has_lm_head = weights.contains(WeightName::LmHead);
+        if !has_lm_head && !config.tie_word_embeddings {
             return Err(InferError::MissingTensor {
                 name: weights.tensor_name(WeightName::LmHead),
                 source_name: weights.source_name(),
             });
+        }
+        let total = Self::weight_names(config, has_lm_head).len();
+        let mut done = 0;
+        Self::from_weights(backend, config, max_model_len, has_lm_head, &mut |w| {
+            let t = upload_weight(backend, weights, config, w)?;
+            done += 1;
+            progress(done, total);
+            Ok(t)
+        })
+    }
+
+    /// Every weight the forward uses, in the order `from_weights` asks for them.
+    pub fn weight_names(config: &ModelConfig, has_lm_head: bool) -> Vec<WeightName> {
+        let mut names = vec![WeightName::Embed];
+        if has_lm_head {
+            names.push(WeightName::LmHead);
+        }
+        names.push(WeightName::FinalNorm);
+        for i in 0..config.num_layers {
+            let mut per_layer = vec![LayerWeight::AttnNorm, LayerWeight::Q, LayerWeight::K];
+            per_layer.push(LayerWeight::V);
+            if config.attention_bias {
+                per_layer.extend([LayerWeight::QBias, LayerWeight::KBias, LayerWeight::VBias]);
+            }
+            per_layer.extend([
+                LayerWeight::O,
+                LayerWeight::FfnNorm,
+                LayerWeight::Gate,
+                LayerWeight::Up,
+                LayerWeight::Down,
+            ]);
+            names.extend(per_layer.into_iter().map(|w| WeightName::Layer(i, w)));
+        }
+        names
+    }
+
+    /// Builds the model from weights already in backend memory, taken by `weight` in the order
+    /// of `weight_names` (the browser uploads them as they stream in). `max_model_len` must
+    /// have been checked against the model's limit.
+    pub fn from_weights(
+        backend: &B,
+        config: &ModelConfig,
+        max_model_len: usize,
+        has_lm_head: bool,
+        weight: &mut dyn FnMut(WeightName) -> Result<B::Tensor>,
+    ) -> Result<Self> {
+        let embed = weight(WeightName::Embed)?;
+        let lm_head = if has_lm_head {
+            Some(weight(WeightName::LmHead)?)
+        } else {
+            None
         };
-        let final_norm = load(WeightName::FinalNorm)?;
+        let final_norm = weight(WeightName::FinalNorm)?;
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
-            let mut l = |w| load(WeightName::Layer(i, w));
+            let mut l = |w| weight(WeightName::Layer(i, w));
             layers.push(Layer {
                 attn_norm: l(LayerWeight::AttnNorm)?,
                 wq: l(LayerWeight::Q)?,

@@ -56,8 +56,8 @@ pub(super) fn render(
 type DateTime = (i64, u32, u32, u32, u32, u32);
 
 fn now_utc() -> DateTime {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    let secs = web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
     // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).

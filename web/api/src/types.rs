@@ -24,7 +24,7 @@ pub enum StopInput {
 }
 
 impl StopInput {
-    fn into_vec(self) -> Vec<String> {
+    pub fn into_vec(self) -> Vec<String> {
         match self {
             StopInput::One(s) => vec![s],
             StopInput::Many(v) => v,

@@ -1,0 +1,257 @@
+//! The JSON of replies and stream chunks, built from the engine's outputs. Usage is counted
+//! while streaming into a `UsageCounter` (prompt tokens once a request finishes, completion
+//! tokens per delta).
+
+use infer_core::{CompletionOutput, FinishReason, RequestOutput, TokenLogprobs, Tokenizer};
+use serde_json::{json, Value};
+
+use crate::types::Usage;
+
+pub const COMPLETION: &str = "text_completion";
+pub const CHAT: &str = "chat.completion";
+pub const CHAT_CHUNK: &str = "chat.completion.chunk";
+
+pub fn finish_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}
+
+/// Who answers: the id, creation time and model of every object of one request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl Reply {
+    /// One streamed chunk (`object`: `text_completion` or `chat.completion.chunk`).
+    pub fn chunk(&self, object: &str, choices: Value, usage: Option<Usage>) -> Value {
+        json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage,
+        })
+    }
+
+    /// The whole reply of a request that does not stream.
+    pub fn response(&self, object: &str, choices: Vec<Value>, usage: Usage) -> Value {
+        json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage,
+        })
+    }
+}
+
+/// (prompt, completion) tokens seen so far in a stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageCounter {
+    pub prompt: usize,
+    pub completion: usize,
+}
+
+impl UsageCounter {
+    pub fn usage(&self) -> Usage {
+        Usage::new(self.prompt, self.completion)
+    }
+}
+
+fn piece(tok: &Tokenizer, id: u32) -> String {
+    tok.decode(&[id], false).unwrap_or_default()
+}
+
+/// OpenAI's legacy completion logprobs: tokens, their logprobs, top alternatives and text
+/// offsets. With `echo`, the prompt's tokens come first (the first has no logprob), as
+/// lm-evaluation-harness's loglikelihood requests read them.
+pub fn completion_logprobs(
+    tok: &Tokenizer,
+    prompt: &[Option<TokenLogprobs>],
+    prompt_ids: &[u32],
+    generated: &[TokenLogprobs],
+) -> Value {
+    let mut offset = 0;
+    let (mut tokens, mut logprobs, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+    let mut push = |id: u32, lp: Option<&TokenLogprobs>| {
+        let text = piece(tok, id);
+        offsets.push(offset);
+        offset += text.len();
+        tokens.push(text);
+        logprobs.push(lp.map_or(Value::Null, |l| json!(l.logprob)));
+        let top = lp.map_or(Value::Null, |l| {
+            let top: serde_json::Map<String, Value> = l
+                .top_logprobs
+                .iter()
+                .map(|t| (piece(tok, t.token_id), json!(t.logprob)))
+                .collect();
+            Value::Object(top)
+        });
+        tops.push(top);
+    };
+    for (i, &id) in prompt_ids.iter().enumerate() {
+        push(id, prompt.get(i).and_then(Option::as_ref));
+    }
+    for lp in generated {
+        push(lp.token_id, Some(lp));
+    }
+    json!({"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets})
+}
+
+/// OpenAI's chat logprobs: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
+pub fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprobs]) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let token = piece(tok, id);
+        json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()})
+    };
+    let content: Vec<Value> = lps
+        .iter()
+        .map(|lp| {
+            let mut e = entry(lp.token_id, lp.logprob);
+            let top: Vec<Value> = lp
+                .top_logprobs
+                .iter()
+                .map(|t| entry(t.token_id, t.logprob))
+                .collect();
+            e["top_logprobs"] = Value::Array(top);
+            e
+        })
+        .collect();
+    json!({ "content": content })
+}
+
+/// The choices of one completion stream chunk: a choice per sequence delta (or per finished
+/// output for requests that only know their outputs at the end, `best_of > n`). Choice
+/// indices are `prompt_index * n + sequence index`.
+pub fn completion_stream_choices(
+    tok: &Tokenizer,
+    out: &RequestOutput,
+    prompt_index: usize,
+    n: usize,
+    usage: &mut UsageCounter,
+) -> Vec<Value> {
+    let base = prompt_index * n;
+    if out.deltas.is_empty() {
+        usage.prompt += out.metrics.num_prompt_tokens;
+        return out
+            .outputs
+            .iter()
+            .flatten()
+            .map(|o| {
+                usage.completion += o.token_ids.len();
+                json!({"index": base + o.index, "text": o.text, "logprobs": null, "finish_reason": finish_reason(o.finish_reason)})
+            })
+            .collect();
+    }
+    if out.finished() {
+        usage.prompt += out.metrics.num_prompt_tokens;
+    }
+    out.deltas
+        .iter()
+        .map(|d| {
+            usage.completion += d.new_token_ids.len();
+            json!({
+                "index": base + d.index,
+                "text": d.text_delta,
+                "logprobs": (!d.logprobs.is_empty()).then(|| completion_logprobs(tok, &[], &[], &d.logprobs)),
+                "finish_reason": d.finish_reason.map(finish_reason),
+            })
+        })
+        .collect()
+}
+
+/// The first chat chunk's choices: each choice's role.
+pub fn chat_role_choices(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}))
+        .collect()
+}
+
+/// Chat stream choices for one engine output: a content delta per sequence that produced
+/// text (or logprobs), then a separate empty delta with the finish reason, as OpenAI sends
+/// them. Each choice goes in a chunk of its own.
+pub fn chat_stream_choices(
+    tok: &Tokenizer,
+    out: &RequestOutput,
+    usage: &mut UsageCounter,
+) -> Vec<Value> {
+    if out.finished() {
+        usage.prompt = out.metrics.num_prompt_tokens;
+    }
+    let mut choices = Vec::new();
+    for d in &out.deltas {
+        usage.completion += d.new_token_ids.len();
+        if !d.text_delta.is_empty() || !d.logprobs.is_empty() {
+            choices.push(json!({
+                "index": d.index,
+                "delta": {"content": d.text_delta},
+                "logprobs": (!d.logprobs.is_empty()).then(|| chat_logprobs(tok, &d.logprobs)),
+                "finish_reason": null,
+            }));
+        }
+        if let Some(r) = d.finish_reason {
+            choices.push(json!({"index": d.index, "delta": {}, "logprobs": null, "finish_reason": finish_reason(r)}));
+        }
+    }
+    if out.deltas.is_empty() {
+        // Known only at the end (best_of > n): each output as one delta.
+        for o in out.outputs.iter().flatten() {
+            usage.completion += o.token_ids.len();
+            choices.push(json!({"index": o.index, "delta": {"content": o.text}, "logprobs": null, "finish_reason": finish_reason(o.finish_reason)}));
+        }
+    }
+    choices
+}
+
+/// A finished chat choice.
+pub fn chat_choice(tok: &Tokenizer, o: &CompletionOutput) -> Value {
+    json!({
+        "index": o.index,
+        "message": {"role": "assistant", "content": o.text},
+        "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(tok, l)),
+        "finish_reason": finish_reason(o.finish_reason),
+    })
+}
+
+/// An echoed prompt: its text, token ids and their logprobs (the first is `None`).
+pub type Echo<'a> = (&'a str, &'a [u32], &'a [Option<TokenLogprobs>]);
+
+/// A finished completion choice; `echo` puts the prompt's text (and with logprobs its
+/// tokens' logprobs) first, `prompt_only` drops the one token generated to score the prompt.
+pub struct CompletionChoice<'a> {
+    pub prompt_index: usize,
+    pub n: usize,
+    pub echo: Option<Echo<'a>>,
+    pub prompt_only: bool,
+}
+
+impl CompletionChoice<'_> {
+    /// The choice and its number of completion tokens.
+    pub fn build(&self, tok: &Tokenizer, mut o: CompletionOutput) -> (Value, usize) {
+        if self.prompt_only {
+            o.text.clear();
+            o.token_ids.clear();
+            o.logprobs = o.logprobs.map(|_| Vec::new());
+        }
+        let (prompt_text, prompt_ids, prompt_lps) = self.echo.unwrap_or(("", &[], &[]));
+        let logprobs = o
+            .logprobs
+            .as_ref()
+            .map(|lps| completion_logprobs(tok, prompt_lps, prompt_ids, lps));
+        let choice = json!({
+            "index": self.prompt_index * self.n + o.index,
+            "text": format!("{prompt_text}{}", o.text),
+            "logprobs": logprobs,
+            "finish_reason": if self.prompt_only { "length" } else { finish_reason(o.finish_reason) },
+            "stop_reason": o.stop_reason.as_ref().map(|s| format!("{s:?}")),
+        });
+        (choice, o.token_ids.len())
+    }
+}

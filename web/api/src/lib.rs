@@ -1,0 +1,11 @@
+//! OpenAI's API as infer speaks it, with no HTTP in it: request bodies (`types`), turning them
+//! into engine prompts and sampling parameters (`prepare`), and the JSON the replies and stream
+//! chunks are made of (`format`). `infer serve` and the browser engine both use it, so a client
+//! gets the same objects from either.
+
+pub mod format;
+pub mod prepare;
+pub mod types;
+
+pub use prepare::RequestError;
+pub use types::*;

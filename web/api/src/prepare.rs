@@ -1,0 +1,225 @@
+//! From a request body to engine input: prompts as token ids (chat messages through the model's
+//! template), sampling parameters, and the checks a bad request fails with (a 4xx that names
+//! the parameter).
+
+use infer_core::{ChatMessage, InferError, SamplingParams, Tokenizer};
+
+use crate::types::{ChatRequest, CompletionRequest, PromptInput};
+
+/// A request that cannot be served, with the HTTP status OpenAI's API would answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    pub status: u16,
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl RequestError {
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        RequestError {
+            status,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, message)
+    }
+
+    pub fn param(mut self, name: &str) -> Self {
+        self.param = Some(name.to_string());
+        self
+    }
+
+    /// OpenAI's `error.type` for the status.
+    pub fn kind(&self) -> &'static str {
+        match self.status {
+            400 | 413 => "invalid_request_error",
+            401 => "authentication_error",
+            404 => "not_found_error",
+            429 | 503 => "server_busy",
+            _ => "internal_error",
+        }
+    }
+
+    /// OpenAI's error body: `{"error": {message, type, param, code}}`.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({"error": {
+            "message": self.message,
+            "type": self.kind(),
+            "param": self.param,
+            "code": self.status.to_string(),
+        }})
+    }
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.param {
+            Some(p) => write!(f, "{} (parameter `{p}`)", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+impl From<InferError> for RequestError {
+    fn from(e: InferError) -> Self {
+        let param = match &e {
+            InferError::InvalidParameter { name, .. } => Some(name.to_string()),
+            InferError::PromptTooLong { .. } | InferError::EmptyPrompt => Some("prompt".into()),
+            InferError::ChatTemplate(_) => Some("messages".into()),
+            _ => None,
+        };
+        let status = match e {
+            InferError::InvalidParameter { .. }
+            | InferError::PromptTooLong { .. }
+            | InferError::EmptyPrompt
+            | InferError::ChatTemplate(_)
+            | InferError::Tokenizer(_) => 400,
+            _ => 500,
+        };
+        RequestError {
+            status,
+            message: e.to_string(),
+            param,
+        }
+    }
+}
+
+/// The served model: what requests are checked against.
+pub struct Served<'a> {
+    pub tokenizer: &'a Tokenizer,
+    pub model_name: &'a str,
+    pub max_model_len: usize,
+}
+
+/// A completion request ready for the engine: one prompt per engine request.
+pub struct PreparedCompletion {
+    pub prompts: Vec<Vec<u32>>,
+    pub params: SamplingParams,
+    /// `echo` with `max_tokens: 0`: score the prompt alone (the one generated token is dropped).
+    pub prompt_only: bool,
+}
+
+/// A chat request ready for the engine.
+pub struct PreparedChat {
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+}
+
+impl Served<'_> {
+    /// 404 for a model name not served (absent = the served one).
+    pub fn check_model(&self, model: Option<&str>) -> Result<(), RequestError> {
+        match model {
+            Some(m) if m != self.model_name => Err(RequestError::new(
+                404,
+                format!(
+                    "the model `{m}` does not exist; this server serves `{}`",
+                    self.model_name
+                ),
+            )
+            .param("model")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Token ids of each prompt.
+    pub fn encode_prompts(&self, prompt: &PromptInput) -> Result<Vec<Vec<u32>>, RequestError> {
+        let encode = |t: &str| self.tokenizer.encode(t, true).map_err(RequestError::from);
+        let prompts = match prompt {
+            PromptInput::Text(t) => vec![encode(t)?],
+            PromptInput::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+            PromptInput::Tokens(ids) => vec![ids.clone()],
+            PromptInput::TokenLists(l) => l.clone(),
+        };
+        if prompts.is_empty() {
+            return Err(RequestError::bad_request("`prompt` is empty").param("prompt"));
+        }
+        Ok(prompts)
+    }
+
+    /// Prompt + `max_tokens` must fit the context (vLLM's rule).
+    pub fn check_length(
+        &self,
+        prompt_len: usize,
+        max_tokens: Option<usize>,
+    ) -> Result<(), RequestError> {
+        let max = self.max_model_len;
+        if prompt_len >= max {
+            return Err(RequestError::bad_request(format!(
+                "the prompt has {prompt_len} tokens but the model's context is {max} tokens"
+            ))
+            .param("prompt"));
+        }
+        if let Some(m) = max_tokens {
+            if prompt_len + m > max {
+                return Err(RequestError::bad_request(format!(
+                    "prompt ({prompt_len} tokens) + max_tokens ({m}) exceeds the model's context of {max} tokens"
+                ))
+                .param("max_tokens"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn completion(&self, req: &CompletionRequest) -> Result<PreparedCompletion, RequestError> {
+        self.check_model(req.model.as_deref())?;
+        let prompts = self.encode_prompts(&req.prompt)?;
+        if req.echo && req.sampling.stream && req.logprobs.is_some() {
+            return Err(RequestError::bad_request(
+                "`echo` with `logprobs` is not supported when streaming; send `stream: false`",
+            )
+            .param("echo"));
+        }
+        // `echo` with `max_tokens: 0` scores the prompt alone: the engine generates one token
+        // (prompt logprobs come with the first) and the reply drops it.
+        let prompt_only = req.echo && req.max_tokens == Some(0);
+        let max_tokens = Some(if prompt_only {
+            1
+        } else {
+            req.max_tokens.unwrap_or(16)
+        });
+        let mut params = req.sampling.to_params(max_tokens, req.logprobs)?;
+        if req.echo && req.logprobs.is_some() {
+            params.prompt_logprobs = req.logprobs;
+        }
+        params.validate()?;
+        for p in &prompts {
+            self.check_length(p.len(), max_tokens)?;
+        }
+        Ok(PreparedCompletion {
+            prompts,
+            params,
+            prompt_only,
+        })
+    }
+
+    pub fn chat(&self, req: &ChatRequest) -> Result<PreparedChat, RequestError> {
+        self.check_model(req.model.as_deref())?;
+        if req.messages.is_empty() {
+            return Err(RequestError::bad_request("`messages` is empty").param("messages"));
+        }
+        let messages: Vec<ChatMessage> = req
+            .messages
+            .iter()
+            .map(|m| ChatMessage {
+                role: m.role.clone(),
+                content: m.content.clone().unwrap_or_default(),
+            })
+            .collect();
+        let text = self
+            .tokenizer
+            .apply_chat_template(&messages, req.add_generation_prompt.unwrap_or(true))?;
+        // The rendered template already holds its special tokens.
+        let prompt = self.tokenizer.encode(&text, false)?;
+        let max_tokens = req.max_completion_tokens.or(req.max_tokens);
+        let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
+        let params = req.sampling.to_params(max_tokens, logprobs)?;
+        params.validate()?;
+        self.check_length(prompt.len(), max_tokens)?;
+        Ok(PreparedChat { prompt, params })
+    }
+}
