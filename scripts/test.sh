@@ -10,4 +10,6 @@ export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo test --workspace --release
+# The browser engine (core + wgpu + wasm-bindgen glue) must build for wasm32.
+cargo build -p infer-browser --target wasm32-unknown-unknown --profile browser
 scripts/openai-client-tests.sh

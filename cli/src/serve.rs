@@ -58,6 +58,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| args.model.model.clone());
     let model = args.model;
+    let gguf = std::path::PathBuf::from(&model.model);
+    let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
     let metrics = Arc::new(Metrics::new(&name)?);
     let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
         move || {
@@ -69,14 +71,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics.clone(),
     )
     .map_err(|e| anyhow!(e))?;
-    let state = Arc::new(ServerState::new(
-        engine,
-        tokenizer,
-        name,
-        max_model_len,
-        backend.clone(),
-        metrics,
-    ));
+    let state = Arc::new(
+        ServerState::new(
+            engine,
+            tokenizer,
+            name,
+            max_model_len,
+            backend.clone(),
+            metrics,
+        )
+        .with_model_file(gguf),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

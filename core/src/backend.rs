@@ -50,7 +50,9 @@ impl PendingLogits {
                     Poll::Ready(r) => r,
                     Poll::Pending => Err(crate::error::InferError::Backend {
                         backend: "device",
-                        message: "the step's read-back had not completed after waiting for the device".into(),
+                        message:
+                            "the step's read-back had not completed after waiting for the device"
+                                .into(),
                     }),
                 }
             }

@@ -35,7 +35,9 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
         .await?;
     if req.sampling.stream {
         let usage = req.sampling.include_usage();
-        return Ok(sse_reply(chat_stream(state, reply, events, params.n, usage)));
+        return Ok(sse_reply(chat_stream(
+            state, reply, events, params.n, usage,
+        )));
     }
     let done = finish(events).await?;
     let completion_tokens = done.outputs.iter().map(|o| o.token_ids.len()).sum();
@@ -63,7 +65,9 @@ fn chat_stream(
     let (reply2, u2) = (reply.clone(), usage.clone());
     let body = tokio_stream::wrappers::UnboundedReceiverStream::new(events).map(move |ev| {
         let choices: Vec<Value> = match ev {
-            Event::Failed(why) => vec![json!({"index": 0, "delta": {}, "finish_reason": "error", "error": why})],
+            Event::Failed(why) => {
+                vec![json!({"index": 0, "delta": {}, "finish_reason": "error", "error": why})]
+            }
             Event::Output(out) => {
                 let mut u = u2.lock().unwrap_or_else(|e| e.into_inner());
                 chat_stream_choices(&state.tokenizer, &out, &mut u)

@@ -180,13 +180,19 @@ fn sse_stream(
     let (reply2, usage2) = (reply.clone(), usage.clone());
     let body = merged.map(move |(i, ev)| {
         let choices: Vec<Value> = match ev {
-            Event::Failed(why) => vec![json!({"index": i * n, "text": "", "finish_reason": "error", "error": why})],
+            Event::Failed(why) => {
+                vec![json!({"index": i * n, "text": "", "finish_reason": "error", "error": why})]
+            }
             Event::Output(out) => {
                 let mut u = usage2.lock().unwrap_or_else(|e| e.into_inner());
                 completion_stream_choices(&state.tokenizer, &out, i, n, &mut u)
             }
         };
-        sse_data(&reply2.chunk(OBJECT, Value::Array(choices), None).to_string())
+        sse_data(
+            &reply2
+                .chunk(OBJECT, Value::Array(choices), None)
+                .to_string(),
+        )
     });
     let tail = sse_tail(reply, OBJECT, include_usage.then_some(usage));
     body.chain(tail)

@@ -2,6 +2,7 @@
 //! (`engine_loop`), handlers talk to it over channels and stream with SSE.
 
 pub use infer_api as api;
+mod browser_page;
 mod chat;
 mod completions;
 pub mod engine_loop;

@@ -164,6 +164,7 @@ pub fn routes(
             "text/css; charset=utf-8",
         ));
     let v1 = auth(api_key).and(models.or(completions).unify().or(chat).unify());
+    let browser = crate::browser_page::routes(state.clone());
     health
         .or(version)
         .unify()
@@ -174,6 +175,8 @@ pub fn routes(
         .or(script)
         .unify()
         .or(style)
+        .unify()
+        .or(browser)
         .unify()
         .or(v1)
         .unify()

@@ -21,6 +21,8 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     next_id: AtomicU64,
     pub started: u64,
+    /// The GGUF file served, offered to the browser demo at `/browser/model.gguf`.
+    pub model_file: Option<std::path::PathBuf>,
 }
 
 pub fn unix_now() -> u64 {
@@ -47,7 +49,14 @@ impl ServerState {
             metrics,
             next_id: AtomicU64::new(0),
             started: unix_now(),
+            model_file: None,
         }
+    }
+
+    /// Offers a GGUF file to the browser demo (`/browser/model.gguf`).
+    pub fn with_model_file(mut self, path: Option<std::path::PathBuf>) -> Self {
+        self.model_file = path;
+        self
     }
 
     /// A fresh request id with OpenAI's prefix (`cmpl`, `chatcmpl`).

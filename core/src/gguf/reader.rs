@@ -289,12 +289,14 @@ impl GgufFile {
         match &self.data {
             #[cfg(feature = "native")]
             TensorData::Mapped(m) => Ok(&m[info.offset..info.offset + info.num_bytes]),
-            TensorData::Streamed(kept) => kept.get(&info.name).map(Vec::as_slice).ok_or_else(|| {
-                self.streamed_err(format!(
-                    "tensor `{}` was not loaded (the file was opened from its header)",
-                    info.name
-                ))
-            }),
+            TensorData::Streamed(kept) => {
+                kept.get(&info.name).map(Vec::as_slice).ok_or_else(|| {
+                    self.streamed_err(format!(
+                        "tensor `{}` was not loaded (the file was opened from its header)",
+                        info.name
+                    ))
+                })
+            }
         }
     }
 
@@ -328,7 +330,10 @@ type CurResult<T> = std::result::Result<T, String>;
 
 impl<'a> Cursor<'a> {
     fn bytes(&mut self, n: usize) -> CurResult<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e as u64 <= self.file_len);
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e as u64 <= self.file_len);
         let Some(end) = end else {
             return Err(format!(
                 "unexpected end of file at byte {} (wanted {n} more bytes): the file is truncated",

@@ -1,0 +1,234 @@
+//! Loading a GGUF model into WebGPU from JavaScript: the worker reads the file in ranges (from
+//! the network, the browser's cache or a picked `File`), hands the header to `parse_header`,
+//! then each tensor `next_tensor` names to `upload_tensor`, which dequantizes or packs it and
+//! uploads it at once, so wasm memory never holds more than one tensor.
+
+use std::sync::Arc;
+
+use infer_core::config::ModelConfig;
+use infer_core::gguf::{GgufFile, GgufTensorInfo};
+use infer_core::model::llama::upload_weight;
+use infer_core::weights::{HostTensor, PackedTensor, WeightName, WeightSource};
+use infer_core::{InferError, LlamaModel, Tokenizer};
+use infer_wgpu::{GpuContext, WeightStorage, WgpuBackend, WgpuTensor};
+use wasm_bindgen::prelude::*;
+
+/// The name of the one tensor the config itself may need (llama3 RoPE frequencies).
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
+pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+/// The parsed model, before its weights are uploaded.
+pub(crate) struct Header {
+    pub gguf: GgufFile,
+    pub config: ModelConfig,
+    pub tokenizer: Arc<Tokenizer>,
+    pub has_lm_head: bool,
+    pub plan: Vec<WeightName>,
+}
+
+#[wasm_bindgen]
+pub struct WebLoader {
+    pub(crate) backend: WgpuBackend,
+    gguf: Option<GgufFile>,
+    pub(crate) header: Option<Header>,
+    pub(crate) uploaded: Vec<WgpuTensor>,
+}
+
+/// One tensor's bytes as a weight source, so the native upload path (packed or dequantized,
+/// shape checks) serves the browser unchanged.
+struct OneTensor<'a> {
+    gguf: &'a GgufFile,
+    weight: WeightName,
+    info: &'a GgufTensorInfo,
+    bytes: &'a [u8],
+}
+
+impl WeightSource for OneTensor<'_> {
+    fn source_name(&self) -> String {
+        self.gguf.source_name()
+    }
+
+    fn tensor_name(&self, w: WeightName) -> String {
+        self.gguf.tensor_name(w)
+    }
+
+    fn contains(&self, w: WeightName) -> bool {
+        w == self.weight
+    }
+
+    fn load_raw(&self, _w: WeightName) -> infer_core::Result<HostTensor> {
+        let mut data = vec![0f32; self.info.shape.iter().product()];
+        self.info.dtype.dequantize(self.bytes, &mut data);
+        Ok(HostTensor::new(self.info.shape.clone(), data))
+    }
+
+    fn load_packed_raw(&self, _w: WeightName) -> infer_core::Result<Option<PackedTensor>> {
+        if !self.info.dtype.is_block_quantized() || self.info.shape.len() != 2 {
+            return Ok(None);
+        }
+        Ok(Some(PackedTensor {
+            shape: self.info.shape.clone(),
+            dtype: self.info.dtype,
+            data: self.bytes.to_vec(),
+        }))
+    }
+}
+
+#[wasm_bindgen]
+impl WebLoader {
+    /// Opens the browser's WebGPU adapter with its own limits.
+    pub async fn open() -> Result<WebLoader, JsError> {
+        let ctx = GpuContext::open(wgpu::Backends::BROWSER_WEBGPU, None)
+            .await
+            .map_err(js_err)?;
+        // Packed f16 weights need no `shader-f16` (SwiftShader and many phones lack it).
+        let backend = WgpuBackend::with_context(Arc::new(ctx), WeightStorage::F16);
+        Ok(WebLoader {
+            backend,
+            gguf: None,
+            header: None,
+            uploaded: Vec::new(),
+        })
+    }
+
+    /// The adapter and the limits that matter here, as JSON.
+    pub fn adapter(&self) -> String {
+        let ctx = self.backend.context();
+        let l = &ctx.limits;
+        serde_json::json!({
+            "name": ctx.adapter_name(),
+            "features": format!("{:?}", ctx.features),
+            "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
+            "max_buffer_size": l.max_buffer_size,
+            "max_storage_buffers_per_shader_stage": l.max_storage_buffers_per_shader_stage,
+            "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
+            "max_compute_invocations_per_workgroup": l.max_compute_invocations_per_workgroup,
+        })
+        .to_string()
+    }
+
+    /// Parses the header from the file's first bytes; false: it goes on past `prefix`, call
+    /// again with more. A file that is not GGUF, truncated or corrupt is an error here.
+    pub fn parse_header(
+        &mut self,
+        name: &str,
+        prefix: &[u8],
+        file_len: f64,
+    ) -> Result<bool, JsError> {
+        match GgufFile::from_header(name, prefix, file_len as u64).map_err(js_err)? {
+            None => Ok(false),
+            Some(g) => {
+                self.gguf = Some(g);
+                Ok(true)
+            }
+        }
+    }
+
+    /// `[start, end)` of the tensor the config needs before anything else, if any.
+    pub fn config_tensor_range(&self) -> Option<Vec<f64>> {
+        let g = self.gguf.as_ref()?;
+        let info = g.tensors.get(ROPE_FREQS)?;
+        let (a, b) = GgufFile::tensor_range(info);
+        Some(vec![a as f64, b as f64])
+    }
+
+    pub fn set_config_tensor(&mut self, bytes: Vec<u8>) -> Result<(), JsError> {
+        let g = self
+            .gguf
+            .as_mut()
+            .ok_or_else(|| js_err("no header parsed yet"))?;
+        g.keep_tensor(ROPE_FREQS, bytes).map_err(js_err)
+    }
+
+    /// Reads the config and tokenizer from the header (an unsupported architecture or quant
+    /// type fails here, before any download of weights) and returns the config as JSON.
+    pub fn prepare(&mut self) -> Result<String, JsError> {
+        let gguf = self
+            .gguf
+            .take()
+            .ok_or_else(|| js_err("no header parsed yet"))?;
+        let config = gguf.model_config().map_err(js_err)?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf).map_err(js_err)?);
+        let has_lm_head = gguf.contains(WeightName::LmHead);
+        let plan = LlamaModel::<WgpuBackend>::weight_names(&config, has_lm_head);
+        for &w in &plan {
+            let name = gguf.tensor_name(w);
+            let info = gguf.tensors.get(&name).ok_or(InferError::MissingTensor {
+                name,
+                source_name: gguf.source_name(),
+            });
+            info.map_err(js_err)?;
+        }
+        let json = serde_json::json!({
+            "architecture": config.architecture,
+            "num_layers": config.num_layers,
+            "hidden_size": config.hidden_size,
+            "vocab_size": config.vocab_size,
+            "max_position_embeddings": config.max_position_embeddings,
+            "weights": plan.len(),
+            "file_bytes": gguf.file_len,
+        })
+        .to_string();
+        self.header = Some(Header {
+            gguf,
+            config,
+            tokenizer,
+            has_lm_head,
+            plan,
+        });
+        Ok(json)
+    }
+
+    /// `[start, end)` of the next tensor to upload, or `None` when all are up.
+    pub fn next_tensor(&self) -> Option<Vec<f64>> {
+        let h = self.header.as_ref()?;
+        let w = *h.plan.get(self.uploaded.len())?;
+        let info = h.gguf.tensors.get(&h.gguf.tensor_name(w))?;
+        let (a, b) = GgufFile::tensor_range(info);
+        Some(vec![a as f64, b as f64])
+    }
+
+    /// Uploads the bytes of the tensor `next_tensor` named.
+    pub fn upload_tensor(&mut self, bytes: &[u8]) -> Result<(), JsError> {
+        let h = self
+            .header
+            .as_ref()
+            .ok_or_else(|| js_err("call prepare first"))?;
+        let w = *h
+            .plan
+            .get(self.uploaded.len())
+            .ok_or_else(|| js_err("every tensor is already uploaded"))?;
+        let name = h.gguf.tensor_name(w);
+        let info = h
+            .gguf
+            .tensors
+            .get(&name)
+            .ok_or_else(|| js_err(format!("tensor `{name}` is missing")))?;
+        if bytes.len() != info.num_bytes {
+            return Err(js_err(format!(
+                "tensor `{name}`: got {} bytes, expected {} (truncated download?)",
+                bytes.len(),
+                info.num_bytes
+            )));
+        }
+        let one = OneTensor {
+            gguf: &h.gguf,
+            weight: w,
+            info,
+            bytes,
+        };
+        let t = upload_weight(&self.backend, &one, &h.config, w).map_err(js_err)?;
+        self.backend.context().take_errors().map_err(js_err)?;
+        self.uploaded.push(t);
+        Ok(())
+    }
+
+    /// (uploaded, total) weights.
+    pub fn progress(&self) -> Vec<u32> {
+        let total = self.header.as_ref().map_or(0, |h| h.plan.len());
+        vec![self.uploaded.len() as u32, total as u32]
+    }
+}

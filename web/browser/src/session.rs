@@ -1,0 +1,373 @@
+//! The browser's requests: OpenAI-shaped bodies in (prepared by `infer-api`, as the server
+//! does), engine outputs turned into the same stream chunks and replies `infer serve` sends.
+//! Target-independent, so it is tested natively.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use infer_api::format::{
+    chat_choice, chat_role_choices, chat_stream_choices, completion_stream_choices,
+    CompletionChoice, Reply, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
+};
+use infer_api::prepare::{PreparedChat, Served};
+use infer_api::{ChatRequest, CompletionRequest, RequestError, Usage};
+use infer_core::{CompletionOutput, RequestOutput, SamplingParams, TokenLogprobs, Tokenizer};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// What the page receives about a request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A stream chunk, as `infer serve` sends in SSE.
+    Chunk { id: String, chunk: Value },
+    /// The request is over: the whole reply when it did not stream.
+    Done {
+        id: String,
+        response: Option<Value>,
+        aborted: bool,
+    },
+    /// The request failed (OpenAI's error body).
+    Error { id: String, error: Value },
+}
+
+/// One engine request to add.
+pub struct EngineRequest {
+    pub id: String,
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+}
+
+struct Finished {
+    outputs: Vec<CompletionOutput>,
+    prompt_len: usize,
+    prompt_logprobs: Vec<Option<TokenLogprobs>>,
+}
+
+enum Kind {
+    Chat,
+    Completion {
+        prompts: Vec<Vec<u32>>,
+        echo: bool,
+        prompt_only: bool,
+    },
+}
+
+struct Active {
+    reply: Reply,
+    kind: Kind,
+    n: usize,
+    stream: bool,
+    include_usage: bool,
+    usage: UsageCounter,
+    /// One slot per engine request (per prompt), filled as each finishes.
+    finished: Vec<Option<Finished>>,
+}
+
+pub struct Session {
+    tokenizer: Arc<Tokenizer>,
+    model_name: String,
+    max_model_len: usize,
+    requests: HashMap<String, Active>,
+    next_id: u64,
+}
+
+fn now_secs() -> u64 {
+    web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn body_error(e: serde_json::Error) -> RequestError {
+    RequestError::bad_request(format!("invalid request body: {e}"))
+}
+
+/// Engine request ids are `{client id}#{prompt index}`.
+fn split_engine_id(id: &str) -> Option<(&str, usize)> {
+    let (client, index) = id.rsplit_once('#')?;
+    Some((client, index.parse().ok()?))
+}
+
+impl Session {
+    pub fn new(tokenizer: Arc<Tokenizer>, model_name: String, max_model_len: usize) -> Self {
+        Session {
+            tokenizer,
+            model_name,
+            max_model_len,
+            requests: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    pub fn tokenizer_arc(&self) -> Arc<Tokenizer> {
+        self.tokenizer.clone()
+    }
+
+    /// The context requests are checked against (lowered to what the KV pool holds).
+    pub fn set_max_model_len(&mut self, n: usize) {
+        self.max_model_len = n;
+    }
+
+    pub fn active_ids(&self) -> Vec<String> {
+        self.requests.keys().cloned().collect()
+    }
+
+    fn served(&self) -> Served<'_> {
+        Served {
+            tokenizer: &self.tokenizer,
+            model_name: &self.model_name,
+            max_model_len: self.max_model_len,
+        }
+    }
+
+    fn reply(&mut self, prefix: &str) -> Reply {
+        self.next_id += 1;
+        Reply {
+            id: format!("{prefix}-web{:06x}", self.next_id),
+            created: now_secs(),
+            model: self.model_name.clone(),
+        }
+    }
+
+    /// Validates a `/v1/chat/completions` (`chat`) or `/v1/completions` body and returns the
+    /// client's request id, the engine requests to add, and the first events (a chat stream's
+    /// role chunk, an echoed prompt).
+    pub fn prepare(
+        &mut self,
+        endpoint: &str,
+        body: &str,
+    ) -> Result<(String, Vec<EngineRequest>, Vec<Event>), RequestError> {
+        let (reply, kind, prompts, params, stream, include_usage) = match endpoint {
+            "chat" => {
+                let req: ChatRequest = serde_json::from_str(body).map_err(body_error)?;
+                let PreparedChat { prompt, params } = self.served().chat(&req)?;
+                let usage = req.sampling.include_usage();
+                let reply = self.reply("chatcmpl");
+                (
+                    reply,
+                    Kind::Chat,
+                    vec![prompt],
+                    params,
+                    req.sampling.stream,
+                    usage,
+                )
+            }
+            "completion" => {
+                let req: CompletionRequest = serde_json::from_str(body).map_err(body_error)?;
+                let p = self.served().completion(&req)?;
+                let kind = Kind::Completion {
+                    prompts: p.prompts.clone(),
+                    echo: req.echo,
+                    prompt_only: p.prompt_only,
+                };
+                let usage = req.sampling.include_usage();
+                let reply = self.reply("cmpl");
+                (reply, kind, p.prompts, p.params, req.sampling.stream, usage)
+            }
+            other => {
+                return Err(RequestError::bad_request(format!(
+                    "unknown endpoint `{other}` (chat or completion)"
+                )))
+            }
+        };
+        let id = reply.id.clone();
+        let n = params.n;
+        let mut first = Vec::new();
+        if stream {
+            let head = match &kind {
+                Kind::Chat => {
+                    vec![reply.chunk(CHAT_CHUNK, Value::Array(chat_role_choices(n)), None)]
+                }
+                Kind::Completion {
+                    prompts,
+                    echo: true,
+                    ..
+                } => {
+                    let mut chunks = Vec::new();
+                    for (i, p) in prompts.iter().enumerate() {
+                        let text = self.tokenizer.decode(p, false)?;
+                        for j in 0..n {
+                            let c = json!({"index": i * n + j, "text": text, "logprobs": null, "finish_reason": null});
+                            chunks.push(reply.chunk(COMPLETION, json!([c]), None));
+                        }
+                    }
+                    chunks
+                }
+                Kind::Completion { .. } => Vec::new(),
+            };
+            first.extend(head.into_iter().map(|chunk| Event::Chunk {
+                id: id.clone(),
+                chunk,
+            }));
+        }
+        let engine = prompts
+            .into_iter()
+            .enumerate()
+            .map(|(i, prompt)| EngineRequest {
+                id: format!("{id}#{i}"),
+                prompt,
+                params: params.clone(),
+            })
+            .collect::<Vec<_>>();
+        self.requests.insert(
+            id.clone(),
+            Active {
+                reply,
+                kind,
+                n,
+                stream,
+                include_usage,
+                usage: UsageCounter::default(),
+                finished: engine.iter().map(|_| None).collect(),
+            },
+        );
+        Ok((id, engine, first))
+    }
+
+    /// The engine ids of a client request (to abort them).
+    pub fn engine_ids(&self, id: &str) -> Vec<String> {
+        self.requests
+            .get(id)
+            .map(|a| (0..a.finished.len()).map(|i| format!("{id}#{i}")).collect())
+            .unwrap_or_default()
+    }
+
+    /// Forgets an aborted request and says so.
+    pub fn abort(&mut self, id: &str) -> Option<Event> {
+        self.requests.remove(id).map(|_| Event::Done {
+            id: id.to_string(),
+            response: None,
+            aborted: true,
+        })
+    }
+
+    /// Every live request fails with `why` (the engine stopped).
+    pub fn fail_all(&mut self, why: &RequestError) -> Vec<Event> {
+        self.requests
+            .drain()
+            .map(|(id, _)| Event::Error {
+                id,
+                error: why.body(),
+            })
+            .collect()
+    }
+
+    pub fn num_active(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// The events one engine output makes.
+    pub fn on_output(&mut self, out: RequestOutput) -> Vec<Event> {
+        let Some((client, index)) = split_engine_id(&out.request_id) else {
+            return Vec::new();
+        };
+        let client = client.to_string();
+        let tok = self.tokenizer.clone();
+        let Some(a) = self.requests.get_mut(&client) else {
+            return Vec::new();
+        };
+        let mut events = Vec::new();
+        if a.stream {
+            let (object, choices) = match a.kind {
+                Kind::Chat => (CHAT_CHUNK, chat_stream_choices(&tok, &out, &mut a.usage)),
+                Kind::Completion { .. } => (
+                    COMPLETION,
+                    completion_stream_choices(&tok, &out, index, a.n, &mut a.usage),
+                ),
+            };
+            // Chat sends each choice in a chunk of its own, completions one chunk per output.
+            let chunks: Vec<Value> = if matches!(a.kind, Kind::Chat) {
+                choices.into_iter().map(|c| json!([c])).collect()
+            } else {
+                vec![Value::Array(choices)]
+            };
+            events.extend(chunks.into_iter().map(|c| Event::Chunk {
+                id: client.clone(),
+                chunk: a.reply.chunk(object, c, None),
+            }));
+        }
+        if let (Some(outputs), Some(slot)) = (out.outputs, a.finished.get_mut(index)) {
+            *slot = Some(Finished {
+                outputs,
+                prompt_len: out.metrics.num_prompt_tokens,
+                prompt_logprobs: out.prompt_logprobs.unwrap_or_default(),
+            });
+        }
+        if a.finished.iter().all(Option::is_some) {
+            if let Some(a) = self.requests.remove(&client) {
+                events.extend(finish(&tok, &client, a));
+            }
+        }
+        events
+    }
+}
+
+/// The last events of a request whose engine requests all finished.
+fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
+    let mut events = Vec::new();
+    if a.stream {
+        if a.include_usage {
+            let object = match a.kind {
+                Kind::Chat => CHAT_CHUNK,
+                Kind::Completion { .. } => COMPLETION,
+            };
+            let chunk = a.reply.chunk(object, json!([]), Some(a.usage.usage()));
+            events.push(Event::Chunk {
+                id: id.to_string(),
+                chunk,
+            });
+        }
+        events.push(Event::Done {
+            id: id.to_string(),
+            response: None,
+            aborted: false,
+        });
+        return events;
+    }
+    let finished: Vec<Finished> = a.finished.into_iter().flatten().collect();
+    let prompt_tokens = finished.iter().map(|f| f.prompt_len).sum();
+    let (mut choices, mut completion_tokens) = (Vec::new(), 0);
+    let object = match &a.kind {
+        Kind::Chat => {
+            for f in &finished {
+                for o in &f.outputs {
+                    completion_tokens += o.token_ids.len();
+                    choices.push(chat_choice(tok, o));
+                }
+            }
+            CHAT
+        }
+        Kind::Completion {
+            prompts,
+            echo,
+            prompt_only,
+        } => {
+            for (i, f) in finished.into_iter().enumerate() {
+                let text = if *echo {
+                    tok.decode(&prompts[i], false).unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                let choice = CompletionChoice {
+                    prompt_index: i,
+                    n: a.n,
+                    echo: echo.then_some((&text[..], &prompts[i][..], &f.prompt_logprobs[..])),
+                    prompt_only: *prompt_only,
+                };
+                for o in f.outputs {
+                    let (c, tokens) = choice.build(tok, o);
+                    completion_tokens += tokens;
+                    choices.push(c);
+                }
+            }
+            COMPLETION
+        }
+    };
+    let usage = Usage::new(prompt_tokens, completion_tokens);
+    events.push(Event::Done {
+        id: id.to_string(),
+        response: Some(a.reply.response(object, choices, usage)),
+        aborted: false,
+    });
+    events
+}

@@ -1,0 +1,222 @@
+// Browser tests of the wasm + WebGPU engine in headless Chromium (SwiftShader's WebGPU):
+// greedy output equal to the native CPU backend, batching equal to requests alone, abort frees
+// blocks, the second load comes from the cache, bad files give clear errors, and every WGSL
+// kernel compiles in Chromium (Tint). Prints figures as JSON and "N passed, N failed".
+//
+// node web/browser/tests/run.mjs DIST_DIR MODEL.gguf INFER_BINARY
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { chromium } from 'playwright-core';
+
+import { serve } from './server.mjs';
+
+const [dist, modelPath, inferBin] = process.argv.slice(2);
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+const PROMPTS = ['The capital of France is', 'def fibonacci(n):', 'Once upon a time, there', 'Water boils at'];
+const results = [];
+const figures = {};
+
+async function check(name, fn) {
+  const t = Date.now();
+  try {
+    await fn();
+    results.push([name, true]);
+    console.log(`ok   ${name} (${Date.now() - t} ms)`);
+  } catch (e) {
+    results.push([name, false]);
+    console.log(`FAIL ${name}: ${e && e.stack || e}`);
+  }
+}
+
+function assertEq(got, want, what) {
+  const g = JSON.stringify(got);
+  const w = JSON.stringify(want);
+  if (g !== w) throw new Error(`${what}: got ${g}, want ${w}`);
+}
+
+/** Greedy continuations from the native CPU backend, the reference. */
+function native(prompt, maxTokens) {
+  const r = spawnSync(inferBin, ['generate', '--model', modelPath, '--prompt', prompt, '--max-tokens', String(maxTokens),
+    '--temperature', '0', '--ignore-eos', '--json'], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`infer generate failed: ${r.stderr}`);
+  return JSON.parse(r.stdout).text;
+}
+
+const server = await serve({
+  '/': dist,
+  '/models/smollm2.gguf': { file: modelPath },
+  '/models/truncated.gguf': { file: modelPath, truncate: 0.5 },
+  '/models/not-gguf.gguf': { bytes: Buffer.from('<html>this is not a model</html>'.repeat(64)) },
+});
+const base = `http://127.0.0.1:${server.port}`;
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+});
+const context = await browser.newContext();
+const page = await context.newPage();
+page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') console.log(`  [page ${m.type()}] ${m.text()}`); });
+page.on('pageerror', (e) => console.log(`  [page error] ${e}`));
+
+const modelRequests = () => server.requests.filter((r) => r.startsWith('/models/smollm2.gguf'));
+
+const want = Object.fromEntries(PROMPTS.map((p) => [p, native(p, 8)]));
+const wantLong = native(PROMPTS[0], 32);
+
+await page.goto(`${base}/blank.html`);
+
+await check('every WGSL kernel compiles in Chromium (Tint)', async () => {
+  const dir = path.join(root, 'shaders/wgsl');
+  const kernels = fs.readdirSync(dir).filter((f) => f.endsWith('.wgsl')).map((f) => {
+    const source = fs.readFileSync(path.join(dir, f), 'utf8');
+    const entries = [...source.matchAll(/@compute[^{]*?fn\s+(\w+)/gs)].map((m) => m[1]);
+    return { name: f, source, entries };
+  });
+  const failures = await page.evaluate(async (kernels) => {
+    const adapter = await navigator.gpu.requestAdapter();
+    const device = await adapter.requestDevice({ requiredLimits: { maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage } });
+    const bad = [];
+    for (const k of kernels) {
+      const module = device.createShaderModule({ code: k.source, label: k.name });
+      const info = await module.getCompilationInfo();
+      const errors = info.messages.filter((m) => m.type === 'error');
+      if (errors.length) { bad.push(`${k.name}: ${errors.map((e) => `${e.lineNum}:${e.linePos} ${e.message}`).join('; ')}`); continue; }
+      for (const entry of k.entries) {
+        try {
+          await device.createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: entry } });
+        } catch (e) { bad.push(`${k.name} ${entry}: ${e.message}`); }
+      }
+    }
+    device.destroy();
+    return { bad, count: kernels.reduce((n, k) => n + k.entries.length, 0) };
+  }, kernels);
+  if (failures.bad.length) throw new Error(failures.bad.join('\n'));
+  figures.kernels_compiled = failures.count;
+});
+
+await check('cold load of SmolLM2 (download into the cache, upload to WebGPU)', async () => {
+  const info = await page.evaluate(async () => {
+    const { createEngine } = await import('./infer.js');
+    const phases = new Set();
+    window.engine = await createEngine({ model: '/models/smollm2.gguf', kvCacheMiB: 64, maxModelLen: 1024, onProgress: (p) => phases.add(p.phase) });
+    return { ...window.engine.info, phases: [...phases] };
+  });
+  if (info.fromCache) throw new Error('the first load came from the cache');
+  for (const p of ['download', 'upload']) if (!info.phases.includes(p)) throw new Error(`no ${p} progress`);
+  figures.adapter = info.adapter.name;
+  figures.load_cold_ms = Math.round(info.loadMs);
+  figures.kv = info.kv;
+});
+
+const complete = (prompt, max_tokens, extra = {}) => page.evaluate(async ([prompt, max_tokens, extra]) => {
+  const r = await window.engine.completions.create({ prompt, max_tokens, temperature: 0, ignore_eos: true, ...extra });
+  return r.choices[0].text;
+}, [prompt, max_tokens, extra]);
+
+await check('greedy output equals the CPU backend (4 prompts x 8 tokens, 1 x 32)', async () => {
+  for (const p of PROMPTS) assertEq(await complete(p, 8), want[p], p);
+  assertEq(await complete(PROMPTS[0], 32), wantLong, `${PROMPTS[0]} (32 tokens)`);
+});
+
+await check('4 concurrent requests equal each alone (batching changes nothing)', async () => {
+  const got = await page.evaluate(async (prompts) => {
+    const rs = await Promise.all(prompts.map((prompt) => window.engine.completions.create({ prompt, max_tokens: 8, temperature: 0, ignore_eos: true })));
+    return rs.map((r) => r.choices[0].text);
+  }, PROMPTS);
+  assertEq(got, PROMPTS.map((p) => want[p]), 'batched');
+});
+
+await check('streamed chat: role first, deltas, finish, usage; same text as the JSON reply', async () => {
+  const r = await page.evaluate(async () => {
+    const body = { messages: [{ role: 'user', content: 'What is the capital of France?' }], max_tokens: 12, temperature: 0 };
+    const json = await window.engine.chat.completions.create(body);
+    const stream = await window.engine.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+    const chunks = [];
+    for await (const c of stream) chunks.push(c);
+    return { json, chunks };
+  });
+  assertEq(r.chunks[0].choices[0].delta.role, 'assistant', 'first delta');
+  const text = r.chunks.flatMap((c) => c.choices).map((c) => (c.delta && c.delta.content) || '').join('');
+  assertEq(text, r.json.choices[0].message.content, 'streamed text');
+  assertEq(r.chunks.at(-1).usage, r.json.usage, 'usage');
+  if (r.json.object !== 'chat.completion') throw new Error(`object ${r.json.object}`);
+});
+
+await check('bad parameters are refused with a 400 naming them', async () => {
+  const e = await page.evaluate(async () => {
+    try { await window.engine.completions.create({ prompt: 'x', temperature: -1 }); return null; } catch (e) { return { status: e.status, param: e.param, message: e.message }; }
+  });
+  if (!e || e.status !== 400 || e.param !== 'temperature') throw new Error(`got ${JSON.stringify(e)}`);
+});
+
+await check('abort frees the request\'s KV blocks', async () => {
+  const s = await page.evaluate(async () => {
+    const stream = await window.engine.completions.create({ prompt: 'Tell me a long story.', max_tokens: 200, temperature: 0, ignore_eos: true, stream: true });
+    let n = 0;
+    let during = null;
+    for await (const c of stream) {
+      if (++n === 3) { during = await window.engine.stats(); stream.abort(); }
+    }
+    const after = await window.engine.stats();
+    return { during, after, n };
+  });
+  if (!(s.during.kv_blocks_used > 0)) throw new Error(`no blocks held while running: ${JSON.stringify(s.during)}`);
+  assertEq([s.after.kv_blocks_used, s.after.num_running, s.after.active_requests], [0, 0, 0], 'after abort');
+  if (s.n >= 200) throw new Error('the stream ran to the end');
+});
+
+await check('decode speed and time to first token (figures)', async () => {
+  const f = await page.evaluate(async () => {
+    const t0 = performance.now();
+    const stream = await window.engine.completions.create({ prompt: 'The history of the printing press', max_tokens: 64, temperature: 0, ignore_eos: true, stream: true });
+    let first = null;
+    let n = 0;
+    for await (const c of stream) { if (first === null) first = performance.now(); n += c.choices.length ? 1 : 0; }
+    const end = performance.now();
+    return { ttft_ms: first - t0, decode_tok_s: (n - 1) / ((end - first) / 1000), tokens: n };
+  });
+  Object.assign(figures, { ttft_ms: Math.round(f.ttft_ms), decode_tok_s: Number(f.decode_tok_s.toFixed(2)) });
+});
+
+await check('a second page load takes the weights from the cache', async () => {
+  const before = modelRequests().length;
+  const page2 = await context.newPage();
+  await page2.goto(`${base}/blank.html`);
+  const info = await page2.evaluate(async () => {
+    const { createEngine } = await import('./infer.js');
+    const e = await createEngine({ model: '/models/smollm2.gguf', kvCacheMiB: 32, maxModelLen: 512 });
+    const r = await e.completions.create({ prompt: 'The capital of France is', max_tokens: 8, temperature: 0, ignore_eos: true });
+    e.terminate();
+    return { ...e.info, text: r.choices[0].text };
+  });
+  await page2.close();
+  assertEq(modelRequests().length - before, 0, 'network requests for the model');
+  if (!info.fromCache) throw new Error('not loaded from the cache');
+  assertEq(info.text, want['The capital of France is'], 'output after a cached load');
+  figures.load_cached_ms = Math.round(info.loadMs);
+});
+
+for (const [url, needle] of [['/models/truncated.gguf', 'truncated'], ['/models/not-gguf.gguf', 'GGUF']]) {
+  await check(`${url} gives a clear error`, async () => {
+    const msg = await page.evaluate(async (url) => {
+      const { createEngine } = await import('./infer.js');
+      try { await createEngine({ model: url }); return null; } catch (e) { return e.message; }
+    }, url);
+    if (!msg || !msg.includes(needle)) throw new Error(`message: ${msg}`);
+    figures[`error_${path.basename(url)}`] = msg;
+    const cached = await page.evaluate(async (url) => Boolean(await (await caches.open('infer-models-v1')).match(new URL(url, location.href).href)), url);
+    if (cached) throw new Error('the bad file stayed in the cache');
+  });
+}
+
+figures.wasm_bytes = fs.statSync(path.join(dist, 'pkg/infer_browser_bg.wasm')).size;
+await browser.close();
+server.close();
+console.log(`figures: ${JSON.stringify(figures)}`);
+const passed = results.filter((r) => r[1]).length;
+console.log(`${passed} passed, ${results.length - passed} failed`);
+process.exit(passed === results.length ? 0 : 1);

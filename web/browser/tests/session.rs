@@ -1,0 +1,130 @@
+//! The browser's request bookkeeping, natively: SmolLM2 on the CPU engine stepped through
+//! `Session` as the worker does; streamed and JSON replies agree, chunks are shaped as
+//! `infer serve` sends them, bad bodies are 400s naming the parameter, abort forgets.
+
+use infer_browser::session::{Event, Session};
+use infer_core::{Engine, EngineConfig, LlamaExecutor, PreemptionMode, SchedulerConfig};
+use infer_cpu::CpuBackend;
+use serde_json::{json, Value};
+
+fn run(
+    session: &mut Session,
+    engine: &mut Engine<LlamaExecutor<CpuBackend>>,
+    endpoint: &str,
+    body: Value,
+) -> Vec<Event> {
+    let (_, requests, mut events) = session.prepare(endpoint, &body.to_string()).unwrap();
+    for r in requests {
+        engine.add_request(r.id, r.prompt, r.params).unwrap();
+    }
+    while engine.has_unfinished() {
+        for out in engine.step().unwrap() {
+            events.extend(session.on_output(out));
+        }
+    }
+    events
+}
+
+#[test]
+fn session_streams_and_replies_like_the_server() {
+    let (model, tokenizer) = infer_tests::smollm2_shared();
+    let config = EngineConfig {
+        block_size: 16,
+        num_device_blocks: 256,
+        num_host_blocks: 0,
+        max_model_len: 2048,
+        enable_prefix_caching: true,
+        scheduler: SchedulerConfig {
+            max_num_seqs: 8,
+            max_num_batched_tokens: 256,
+            preemption_mode: PreemptionMode::Recompute,
+        },
+    };
+    let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0).unwrap();
+    let mut engine = Engine::new(exec, Some(tokenizer.clone()), config).unwrap();
+    let mut session = Session::new(tokenizer, "smollm2".into(), 2048);
+
+    let body = json!({"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 10, "temperature": 0});
+    let events = run(&mut session, &mut engine, "chat", body.clone());
+    let [Event::Done {
+        response: Some(reply),
+        aborted: false,
+        ..
+    }] = &events[..]
+    else {
+        panic!("{events:?}");
+    };
+    assert_eq!(reply["object"], "chat.completion");
+    let text = reply["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!text.is_empty());
+
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let events = run(&mut session, &mut engine, "chat", streamed);
+    let chunks: Vec<&Value> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Chunk { chunk, .. } => Some(chunk),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let joined: String = chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().unwrap())
+        .filter_map(|c| c["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(joined, text);
+    assert_eq!(chunks.last().unwrap()["usage"], reply["usage"]);
+    assert!(matches!(
+        events.last(),
+        Some(Event::Done {
+            response: None,
+            aborted: false,
+            ..
+        })
+    ));
+
+    // Two prompts, n = 2: four choices indexed prompt * n + sample.
+    let body = json!({"prompt": ["Hello", "The sky is"], "max_tokens": 3, "n": 2, "temperature": 0.8, "seed": 1});
+    let events = run(&mut session, &mut engine, "completion", body);
+    let Some(Event::Done {
+        response: Some(r), ..
+    }) = events.last()
+    else {
+        panic!("{events:?}");
+    };
+    let mut idx: Vec<u64> = r["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    idx.sort();
+    assert_eq!(idx, [0, 1, 2, 3]);
+    assert_eq!(r["usage"]["completion_tokens"], 12);
+
+    let err = session
+        .prepare("completion", r#"{"prompt": "x", "temperature": -1}"#)
+        .unwrap_err();
+    assert_eq!(
+        (err.status, err.param.as_deref()),
+        (400, Some("temperature"))
+    );
+    let err = session.prepare("chat", "{not json").unwrap_err();
+    assert_eq!(err.status, 400);
+
+    let (id, requests, _) = session
+        .prepare("completion", r#"{"prompt": "x", "max_tokens": 50}"#)
+        .unwrap();
+    assert_eq!(session.engine_ids(&id), vec![requests[0].id.clone()]);
+    assert!(matches!(
+        session.abort(&id),
+        Some(Event::Done { aborted: true, .. })
+    ));
+    assert_eq!(session.num_active(), 0);
+}
