@@ -32,6 +32,7 @@ pub enum Event {
 }
 
 /// One engine request to add.
+#[derive(Debug)]
 pub struct EngineRequest {
     pub id: String,
     pub prompt: Vec<u32>,
