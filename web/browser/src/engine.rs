@@ -206,6 +206,9 @@ impl WebEngine {
     /// live request with an error event.
     pub fn step(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
+        // The borrow is held across the read-back on purpose: a call that overlaps the step
+        // gets `busy()` from `try_borrow`, never a panic (the worker queues calls anyway).
+        #[allow(clippy::await_holding_refcell_ref)]
         wasm_bindgen_futures::future_to_promise(async move {
             let mut guard = inner.try_borrow_mut().map_err(|_| busy())?;
             let i = &mut *guard;

@@ -4,6 +4,9 @@
 //! in wasm memory), builds a `WebEngine`, and steps it while requests are live; `js/infer.js`
 //! gives the page an OpenAI-shaped API over the worker.
 
+// wgpu's handles are neither Send nor Sync on wasm32; the worker runs everything on one thread.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+
 pub mod session;
 
 #[cfg(target_arch = "wasm32")]
