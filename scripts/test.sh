@@ -11,5 +11,6 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo test --workspace --release
 # The browser engine (core + wgpu + wasm-bindgen glue) must build for wasm32.
+rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 cargo build -p infer-browser --target wasm32-unknown-unknown --profile browser
 scripts/openai-client-tests.sh
