@@ -39,16 +39,9 @@ impl Reply {
         })
     }
 
-    /// The whole reply of a request that does not stream.
+    /// The whole reply of a request that does not stream: a chunk's fields, usage always set.
     pub fn response(&self, object: &str, choices: Vec<Value>, usage: Usage) -> Value {
-        json!({
-            "id": self.id,
-            "object": object,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-            "usage": usage,
-        })
+        self.chunk(object, Value::Array(choices), Some(usage))
     }
 }
 

@@ -108,7 +108,7 @@ impl WebEngine {
             let spec = model.kv_cache_spec(1, BLOCK_SIZE);
             let block_bytes = spec.bytes_per_block(backend.kv_element_bytes());
             let mut mib = kv_cache_mib.max(MIN_KV_CACHE_MIB);
-            let executor = loop {
+            let (executor, blocks) = loop {
                 let blocks = (mib << 20) / block_bytes;
                 let device = &backend.context().device;
                 let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -116,7 +116,7 @@ impl WebEngine {
                     LlamaExecutor::new(backend.clone(), model.clone(), BLOCK_SIZE, blocks, 0);
                 let oom = scope.pop().await;
                 match (made, oom) {
-                    (Ok(e), None) => break e,
+                    (Ok(e), None) => break (e, blocks),
                     (_, Some(err)) if mib / 2 >= MIN_KV_CACHE_MIB => {
                         tracing::warn!(mib, %err, "KV pool did not fit; halving");
                         mib /= 2;
@@ -127,7 +127,6 @@ impl WebEngine {
                     (Err(e), None) => return Err(js_err(e).into()),
                 }
             };
-            let blocks = (mib << 20) / block_bytes;
             let max_len = model.max_model_len().min(blocks * BLOCK_SIZE);
             let config = EngineConfig {
                 block_size: BLOCK_SIZE,
