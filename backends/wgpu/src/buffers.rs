@@ -183,10 +183,23 @@ impl GpuContext {
     /// browser the mapping completes only when the event loop runs, see `read_bytes_async`).
     pub fn read_bytes(&self, ranges: &[(&wgpu::Buffer, u64, u64)]) -> GpuResult<Vec<u8>> {
         let mut read = self.begin_read(ranges)?;
-        self.wait_idle()?;
-        let mapped = read.mapped.try_recv().ok().flatten().ok_or_else(|| {
-            GpuError::Op("read-back never completed (no blocking read-back on the web)".into())
-        })?;
+        if cfg!(target_arch = "wasm32") {
+            return Err(GpuError::Op(
+                "no blocking read-back on the web: use read_bytes_async".into(),
+            ));
+        }
+        // Another thread polling the same device may be the one that runs our mapping's
+        // callback: its fence has passed once `wait_idle` returns, but the callback can fire
+        // a moment later on that thread, so wait for it (bounded, in case the device died).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mapped = loop {
+            self.wait_idle()?;
+            match read.mapped.try_recv() {
+                Ok(Some(mapped)) => break mapped,
+                Ok(None) if std::time::Instant::now() < deadline => std::thread::yield_now(),
+                _ => return Err(GpuError::Op("the read-back never completed".into())),
+            }
+        };
         self.finish_read(read, mapped)
     }
 
