@@ -10,7 +10,6 @@ export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo test --workspace --release
-# The browser engine (core + wgpu + wasm-bindgen glue) must build for wasm32.
-rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
-cargo build -p infer-browser --target wasm32-unknown-unknown --profile browser
+# The browser engine: the wasm32 build, then its tests in headless Chromium (WebGPU).
+scripts/browser-tests.sh
 scripts/openai-client-tests.sh

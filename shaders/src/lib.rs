@@ -52,6 +52,9 @@ pub const MATMUL_TILED_F32: Kernel = kernel_with!("weights_f32", "matmul_tiled",
 pub const MATMUL_TILED_F16: Kernel = kernel_with!("weights_f16", "matmul_tiled", ["main"]);
 pub const MATMUL_SMALL_F32: Kernel = kernel_with!("weights_f32", "matmul_small", ["main"]);
 pub const MATMUL_SMALL_F16: Kernel = kernel_with!("weights_f16", "matmul_small", ["main"]);
+pub const MATMUL_ROWS_F32: Kernel = kernel_with!("weights_f32", "matmul_rows", ["main"]);
+pub const MATMUL_ROWS_F16: Kernel = kernel_with!("weights_f16", "matmul_rows", ["main"]);
+pub const RMS_NORM_ROWS: Kernel = kernel!("rms_norm_rows", ["main"]);
 pub const EMBEDDING_ROWS_F32: Kernel = kernel_with!("weights_f32", "embedding_rows", ["main"]);
 pub const EMBEDDING_ROWS_F16: Kernel = kernel_with!("weights_f16", "embedding_rows", ["main"]);
 /// Rows of `x` the small-batch matmul takes at once (its `MAX_M`).
@@ -77,6 +80,9 @@ pub const ALL: &[Kernel] = &[
     MATMUL_TILED_F16,
     MATMUL_SMALL_F32,
     MATMUL_SMALL_F16,
+    MATMUL_ROWS_F32,
+    MATMUL_ROWS_F16,
+    RMS_NORM_ROWS,
     EMBEDDING_ROWS_F32,
     EMBEDDING_ROWS_F16,
 ];

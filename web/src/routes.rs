@@ -4,35 +4,18 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use serde::Deserialize;
 use serde_json::json;
 use warp::http::StatusCode;
 use warp::reply::{Reply, Response};
 use warp::Filter;
 
-use crate::api::{ChatRequest, CompletionRequest};
+use crate::api::{ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest};
 use crate::errors::{recover, ApiError};
 use crate::state::ServerState;
 use crate::{chat, completions};
 
 /// Request bodies above this are refused with 413.
 pub const MAX_BODY_BYTES: u64 = 8 << 20;
-
-#[derive(Debug, Deserialize)]
-struct TokenizeRequest {
-    prompt: String,
-    #[serde(default = "yes")]
-    add_special_tokens: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Debug, Deserialize)]
-struct DetokenizeRequest {
-    tokens: Vec<u32>,
-}
 
 fn with_state(
     state: Arc<ServerState>,
@@ -104,35 +87,22 @@ pub fn routes(
         .and(warp::post())
         .and(with_state(state.clone()))
         .and(json_body::<TokenizeRequest>())
-        .map(|s: Arc<ServerState>, r: TokenizeRequest| {
-            match s.tokenizer.encode(&r.prompt, r.add_special_tokens) {
-                Ok(tokens) => warp::reply::json(&json!({
-                    "count": tokens.len(),
-                    "max_model_len": s.max_model_len,
-                    "tokens": tokens,
-                }))
-                .into_response(),
+        .map(
+            |s: Arc<ServerState>, r: TokenizeRequest| match s.served().tokenize(&r) {
+                Ok(reply) => warp::reply::json(&reply).into_response(),
                 Err(e) => ApiError::from(e).into_response(),
-            }
-        });
+            },
+        );
     let detokenize = warp::path!("detokenize")
         .and(warp::post())
         .and(with_state(state.clone()))
         .and(json_body::<DetokenizeRequest>())
-        .map(|s: Arc<ServerState>, r: DetokenizeRequest| {
-            let vocab = s.tokenizer.vocab_size() as u32;
-            if let Some(t) = r.tokens.iter().find(|&&t| t >= vocab) {
-                return ApiError::bad_request(format!(
-                    "token {t} is outside the vocabulary of {vocab}"
-                ))
-                .param("tokens")
-                .into_response();
-            }
-            match s.tokenizer.decode(&r.tokens, false) {
-                Ok(text) => warp::reply::json(&json!({"prompt": text})).into_response(),
+        .map(
+            |s: Arc<ServerState>, r: DetokenizeRequest| match s.served().detokenize(&r) {
+                Ok(reply) => warp::reply::json(&reply).into_response(),
                 Err(e) => ApiError::from(e).into_response(),
-            }
-        });
+            },
+        );
     // Not behind the API key, as in vLLM: scrapers rarely carry one.
     let metrics = warp::path!("metrics")
         .and(warp::get())

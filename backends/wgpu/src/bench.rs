@@ -167,37 +167,47 @@ impl<'a> KernelBench<'a> {
             };
             for &m in ms {
                 let w_bytes = (n * k * storage.bytes_per_element()) as f64;
-                cases.push(Case {
-                    kernel: if m <= infer_shaders::MATMUL_SMALL_MAX_M {
-                        "matmul_small"
-                    } else {
-                        "matmul_tiled"
-                    },
-                    shape: format!("{m}x{k} · {n}x{k}ᵀ {storage:?}"),
-                    flops: 2.0 * (m * n * k) as f64,
-                    bytes: w_bytes + 4.0 * (m * k + m * n) as f64,
-                    run: Box::new(move || {
-                        let parts = std::slice::from_ref(w);
-                        let w = MatrixRef {
-                            parts,
-                            part_rows: n,
-                            rows: n,
-                            cols: k,
-                            storage,
-                        };
-                        ctx.matmul(x, &w, m).map(drop)
-                    }),
-                });
+                // Decode sizes have two kernels (cooperative, barrier-free): time both.
+                let variants: &[(&'static str, bool)] = if m <= infer_shaders::MATMUL_SMALL_MAX_M {
+                    &[("matmul_small", false), ("matmul_rows", true)]
+                } else {
+                    &[("matmul_tiled", false)]
+                };
+                for &(kernel, barrier_free) in variants {
+                    cases.push(Case {
+                        kernel,
+                        shape: format!("{m}x{k} · {n}x{k}ᵀ {storage:?}"),
+                        flops: 2.0 * (m * n * k) as f64,
+                        bytes: w_bytes + 4.0 * (m * k + m * n) as f64,
+                        run: Box::new(move || {
+                            let parts = std::slice::from_ref(w);
+                            let w = MatrixRef {
+                                parts,
+                                part_rows: n,
+                                rows: n,
+                                cols: k,
+                                storage,
+                            };
+                            with_kernels(ctx, barrier_free, || ctx.matmul(x, &w, m).map(drop))
+                        }),
+                    });
+                }
             }
         }
         let (rows, len) = (prefill, prefill * hidden);
-        cases.push(Case {
-            kernel: "rms_norm",
-            shape: format!("{rows}x{hidden}"),
-            flops: 4.0 * len as f64,
-            bytes: 8.0 * len as f64,
-            run: Box::new(move || ctx.rms_norm(x, norm_w, rows, hidden, 1e-5).map(drop)),
-        });
+        for (kernel, barrier_free) in [("rms_norm", false), ("rms_norm_rows", true)] {
+            cases.push(Case {
+                kernel,
+                shape: format!("{rows}x{hidden}"),
+                flops: 4.0 * len as f64,
+                bytes: 8.0 * len as f64,
+                run: Box::new(move || {
+                    with_kernels(ctx, barrier_free, || {
+                        ctx.rms_norm(x, norm_w, rows, hidden, 1e-5).map(drop)
+                    })
+                }),
+            });
+        }
         let len = prefill * mlp;
         cases.push(Case {
             kernel: "silu_mul",
@@ -363,4 +373,17 @@ impl KernelBench<'_> {
         });
         cases
     }
+}
+
+/// Runs `f` with the barrier-free kernels on or off, then restores the adapter's choice.
+fn with_kernels(
+    ctx: &GpuContext,
+    barrier_free: bool,
+    f: impl FnOnce() -> GpuResult<()>,
+) -> GpuResult<()> {
+    let chosen = ctx.barrier_free_kernels();
+    ctx.set_barrier_free_kernels(barrier_free);
+    let result = f();
+    ctx.set_barrier_free_kernels(chosen);
+    result
 }

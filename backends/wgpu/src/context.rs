@@ -45,6 +45,17 @@ pub struct GpuContext {
     /// Fill every kernel output with NaN first, so an element a kernel forgets to write
     /// fails a comparison (tests).
     pub(crate) poison_outputs: AtomicBool,
+    /// Use the kernels without workgroup barriers where there are two (decode matmul, RMS
+    /// norm): see `barrier_free_by_default`.
+    pub(crate) barrier_free: AtomicBool,
+}
+
+/// SwiftShader (the browser's fallback adapter, and Chrome's WebGPU with no GPU) runs a
+/// workgroup barrier by switching invocations one by one: the cooperative decode matmul is
+/// ~45x slower there than the barrier-free one (`infer bench kernels`). lavapipe handles
+/// barriers well and is faster with the cooperative kernel for one row, so it keeps it.
+fn barrier_free_by_default(info: &wgpu::AdapterInfo) -> bool {
+    info.device_type == wgpu::DeviceType::Cpu && !info.driver.contains("llvmpipe")
 }
 
 fn describe(info: &wgpu::AdapterInfo) -> String {
@@ -123,7 +134,6 @@ impl GpuContext {
             pool: BufferPool::new(device.clone()),
             device,
             queue,
-            info,
             limits,
             features,
             pipelines: Mutex::new(HashMap::new()),
@@ -132,6 +142,8 @@ impl GpuContext {
             lost,
             errors,
             poison_outputs: AtomicBool::new(false),
+            barrier_free: AtomicBool::new(barrier_free_by_default(&info)),
+            info,
         })
     }
 
@@ -157,6 +169,17 @@ impl GpuContext {
     pub fn set_poison_outputs(&self, on: bool) {
         self.poison_outputs
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Chooses the barrier-free kernels (the default on CPU adapters) or the cooperative ones
+    /// (tests run both on every adapter).
+    pub fn set_barrier_free_kernels(&self, on: bool) {
+        self.barrier_free
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn barrier_free_kernels(&self) -> bool {
+        self.barrier_free.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Bytes the activation pool holds on the device.

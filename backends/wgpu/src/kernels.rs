@@ -143,8 +143,19 @@ impl GpuContext {
     ) -> GpuResult<GpuBuffer> {
         let out = self.output(rows * cols)?;
         let p = Params4([u(cols), u(rows), eps.to_bits(), 0]);
-        let grid = groups_grid(rows);
-        self.dispatch(&shaders::RMS_NORM, "main", &[x, weight, &out], &p, grid)?;
+        if self.barrier_free_kernels() {
+            let grid = groups_grid(rows.div_ceil(64));
+            self.dispatch(
+                &shaders::RMS_NORM_ROWS,
+                "main",
+                &[x, weight, &out],
+                &p,
+                grid,
+            )?;
+        } else {
+            let grid = groups_grid(rows);
+            self.dispatch(&shaders::RMS_NORM, "main", &[x, weight, &out], &p, grid)?;
+        }
         Ok(out)
     }
 
@@ -157,6 +168,13 @@ impl GpuContext {
         let (kernel, cols_per_group, rows_per_group) = if !k.is_multiple_of(4) {
             check("matmul", !f16, || format!("f16 weights with k = {k}"))?;
             (&shaders::MATMUL, 16, 16)
+        } else if m <= shaders::MATMUL_SMALL_MAX_M && self.barrier_free_kernels() {
+            let kernel = if f16 {
+                &shaders::MATMUL_ROWS_F16
+            } else {
+                &shaders::MATMUL_ROWS_F32
+            };
+            (kernel, 64, m.max(1))
         } else if m <= shaders::MATMUL_SMALL_MAX_M {
             let kernel = if f16 {
                 &shaders::MATMUL_SMALL_F16
@@ -172,7 +190,9 @@ impl GpuContext {
         for (part, first, rows) in w.parts() {
             let p = Params8([u(m), u(rows), u(k), u(first), u(n), 0, 0, 0]);
             let col_groups = rows.div_ceil(cols_per_group);
-            let grid = if kernel.name.starts_with("matmul_small") {
+            let grid = if kernel.name.starts_with("matmul_small")
+                || kernel.name.starts_with("matmul_rows")
+            {
                 groups_grid(col_groups)
             } else {
                 (u(col_groups), u(m.div_ceil(rows_per_group)), 1)

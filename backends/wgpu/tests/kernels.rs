@@ -38,34 +38,54 @@ fn check_matmul(
     let mut rng = StdRng::seed_from_u64(seed);
     let x = random(&mut rng, m * k);
     let w = random(&mut rng, n * k);
-    let mut g = gpu(storage);
+    for ctx in kernel_set_contexts() {
+        check_matmul_on(&ctx, m, n, k, storage, split_rows, &x, &w);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_matmul_on(
+    ctx: &std::sync::Arc<infer_wgpu::GpuContext>,
+    m: usize,
+    n: usize,
+    k: usize,
+    storage: WeightStorage,
+    split_rows: Option<usize>,
+    x: &[f32],
+    w: &[f32],
+) {
+    let mut g = gpu_on(ctx, storage);
     if let Some(rows) = split_rows {
         g = g.with_max_binding((rows * k * storage.bytes_per_element()) as u64);
     }
     let gw = g
-        .upload_matrix(&HostTensor::new(vec![n, k], w.clone()))
+        .upload_matrix(&HostTensor::new(vec![n, k], w.to_vec()))
         .unwrap();
     if let Some(rows) = split_rows {
         assert_eq!(gw.num_parts(), n.div_ceil(rows), "parts of a split weight");
     }
     // Activations are not split: upload x through a backend with the adapter's limit.
-    let gx = up(&gpu(WeightStorage::F32), &[m, k], &x);
+    let gx = up(&gpu_on(ctx, WeightStorage::F32), &[m, k], x);
     let got = g.matmul(&gx, &gw).unwrap();
     let c = cpu();
     let want = c
         .matmul(
-            &up(&c, &[m, k], &x),
-            &up(&c, &[n, k], &stored(&w, gw.storage())),
+            &up(&c, &[m, k], x),
+            &up(&c, &[n, k], &stored(w, gw.storage())),
         )
         .unwrap();
-    let what = format!("matmul {m}x{n}x{k} {:?} split {split_rows:?}", gw.storage());
+    let what = format!(
+        "matmul {m}x{n}x{k} {:?} split {split_rows:?} barrier-free {}",
+        gw.storage(),
+        ctx.barrier_free_kernels()
+    );
     assert_close(&what, &host(&g, &got), &host(&c, &want), 1e-5);
 }
 
 #[test]
 fn matmul_paths_match_the_cpu() {
-    // Decode (small-batch kernel), its limit, prefill (tiled), k not a multiple of 4 (scalar),
-    // f16 weights, weights split across bindings.
+    // Decode (small-batch kernels, cooperative and barrier-free), its limit, prefill (tiled),
+    // k not a multiple of 4 (scalar), f16 weights, weights split across bindings.
     for (i, &(m, n, k)) in [
         (1, 7, 8),
         (8, 33, 64),
@@ -94,10 +114,14 @@ fn rms_norm_and_elementwise_kernels_match_the_cpu() {
         let want = c
             .rms_norm(&up(&c, &shape, &a), &up(&c, &[cols], &weight), 1e-5)
             .unwrap();
-        let got = g
-            .rms_norm(&up(&g, &shape, &a), &up(&g, &[cols], &weight), 1e-5)
-            .unwrap();
-        assert_close("rms_norm", &host(&g, &got), &host(&c, &want), 1e-5);
+        for ctx in kernel_set_contexts() {
+            let g = gpu_on(&ctx, WeightStorage::F32);
+            let got = g
+                .rms_norm(&up(&g, &shape, &a), &up(&g, &[cols], &weight), 1e-5)
+                .unwrap();
+            let what = format!("rms_norm barrier-free {}", ctx.barrier_free_kernels());
+            assert_close(&what, &host(&g, &got), &host(&c, &want), 1e-5);
+        }
 
         let want = c
             .silu_mul(&up(&c, &shape, &a), &up(&c, &shape, &b))

@@ -4,7 +4,9 @@
 
 use infer_core::{ChatMessage, InferError, SamplingParams, Tokenizer};
 
-use crate::types::{ChatRequest, CompletionRequest, PromptInput};
+use crate::types::{
+    ChatRequest, CompletionRequest, DetokenizeRequest, PromptInput, TokenizeRequest,
+};
 
 /// A request that cannot be served, with the HTTP status OpenAI's API would answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +96,31 @@ pub struct Served<'a> {
     pub tokenizer: &'a Tokenizer,
     pub model_name: &'a str,
     pub max_model_len: usize,
+}
+
+impl Served<'_> {
+    /// vLLM's `/tokenize` reply: `{count, max_model_len, tokens}`.
+    pub fn tokenize(&self, req: &TokenizeRequest) -> Result<serde_json::Value, RequestError> {
+        let tokens = self.tokenizer.encode(&req.prompt, req.add_special_tokens)?;
+        Ok(serde_json::json!({
+            "count": tokens.len(),
+            "max_model_len": self.max_model_len,
+            "tokens": tokens,
+        }))
+    }
+
+    /// vLLM's `/detokenize` reply: `{prompt}`; ids outside the vocabulary are a 400.
+    pub fn detokenize(&self, req: &DetokenizeRequest) -> Result<serde_json::Value, RequestError> {
+        let vocab = self.tokenizer.vocab_size() as u32;
+        if let Some(t) = req.tokens.iter().find(|&&t| t >= vocab) {
+            return Err(RequestError::bad_request(format!(
+                "token {t} is outside the vocabulary of {vocab}"
+            ))
+            .param("tokens"));
+        }
+        let text = self.tokenizer.decode(&req.tokens, false)?;
+        Ok(serde_json::json!({ "prompt": text }))
+    }
 }
 
 /// A completion request ready for the engine: one prompt per engine request.

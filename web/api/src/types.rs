@@ -189,3 +189,21 @@ pub struct ErrorDetail {
     pub param: Option<String>,
     pub code: Option<String>,
 }
+
+/// vLLM's `POST /tokenize` body (also `engine.tokenize` in the browser).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TokenizeRequest {
+    pub prompt: String,
+    #[serde(default = "default_true")]
+    pub add_special_tokens: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// vLLM's `POST /detokenize` body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DetokenizeRequest {
+    pub tokens: Vec<u32>,
+}

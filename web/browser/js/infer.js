@@ -75,10 +75,10 @@ class BrowserEngine {
 
   receive(msg) {
     switch (msg.type) {
-      case 'added': case 'stats': {
+      case 'added': case 'stats': case 'reply': {
         const p = this.pending.get(msg.rid);
         this.pending.delete(msg.rid);
-        if (p) p.resolve(msg.type === 'added' ? msg.id : msg.stats);
+        if (p) p.resolve(msg.type === 'added' ? msg.id : msg.type === 'stats' ? msg.stats : msg.reply);
         break;
       }
       case 'add-error': {
@@ -151,6 +151,19 @@ class BrowserEngine {
   /** Aborts a request by id; its KV blocks are freed before the next step. */
   abort(id) {
     this.worker.postMessage({ type: 'abort', id });
+  }
+
+  /**
+   * Token ids of `prompt`, as `infer serve`'s `POST /tokenize`: `{ tokens, count, max_model_len }`
+   * (`addSpecialTokens` defaults to true).
+   */
+  tokenize(prompt, { addSpecialTokens = true } = {}) {
+    return this.call({ type: 'tokenize', body: { prompt, add_special_tokens: addSpecialTokens } });
+  }
+
+  /** Text of token ids, as `POST /detokenize`: `{ prompt }`. */
+  detokenize(tokens) {
+    return this.call({ type: 'detokenize', body: { tokens } });
   }
 
   /** Engine counters: running / waiting requests, KV blocks used and total, steps, tokens. */

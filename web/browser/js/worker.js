@@ -146,6 +146,12 @@ function apply(msg) {
     case 'abort':
       for (const event of JSON.parse(engine.abort(msg.id))) post({ type: 'event', event });
       break;
+    case 'tokenize': case 'detokenize': {
+      const r = JSON.parse(engine.tokenizer(msg.type, JSON.stringify(msg.body)));
+      if (r.error) post({ type: 'add-error', rid: msg.rid, error: r.error });
+      else post({ type: 'reply', rid: msg.rid, reply: r });
+      break;
+    }
     case 'stats':
       post({ type: 'stats', rid: msg.rid, stats: JSON.parse(engine.stats()) });
       break;

@@ -180,6 +180,16 @@ impl WebEngine {
         Ok(json!({"id": id, "events": first}).to_string())
     }
 
+    /// `tokenize` / `detokenize` (`endpoint`, `body` as `infer serve` takes them): the reply
+    /// or `{"error"}` (JSON).
+    pub fn tokenizer(&self, endpoint: &str, body: &str) -> Result<String, JsError> {
+        let i = self.inner.try_borrow().map_err(|_| busy())?;
+        Ok(match i.session.tokenizer_call(endpoint, body) {
+            Ok(reply) => reply.to_string(),
+            Err(e) => json!({"error": e.body()}).to_string(),
+        })
+    }
+
     /// Aborts a request and frees its KV blocks; returns the events (JSON).
     pub fn abort(&self, id: &str) -> Result<String, JsError> {
         let mut guard = self.inner.try_borrow_mut().map_err(|_| busy())?;

@@ -40,3 +40,22 @@ pub fn start() {
         .build();
     tracing_wasm::set_as_global_default_with_config(config);
 }
+
+/// Every WGSL kernel exactly as the engine compiles it (weight-storage headers included), as
+/// JSON `[{name, source, entryPoints}]`: the browser tests compile each through the page's
+/// own WebGPU (Chrome's Tint), which is stricter than naga in places.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen(js_name = kernelSources)]
+pub fn kernel_sources() -> String {
+    let kernels: Vec<_> = infer_shaders::ALL
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "name": k.name,
+                "source": k.source,
+                "entryPoints": k.entry_points,
+            })
+        })
+        .collect();
+    serde_json::Value::from(kernels).to_string()
+}

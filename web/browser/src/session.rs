@@ -109,6 +109,23 @@ impl Session {
         self.max_model_len = n;
     }
 
+    /// `tokenize` (`{prompt, add_special_tokens}`) or `detokenize` (`{tokens}`), answered as
+    /// `infer serve`'s `/tokenize` and `/detokenize` are.
+    pub fn tokenizer_call(&self, endpoint: &str, body: &str) -> Result<Value, RequestError> {
+        match endpoint {
+            "tokenize" => self
+                .served()
+                .tokenize(&serde_json::from_str(body).map_err(body_error)?),
+            "detokenize" => self
+                .served()
+                .detokenize(&serde_json::from_str(body).map_err(body_error)?),
+            other => Err(RequestError::new(
+                404,
+                format!("no endpoint `{other}` (tokenize, detokenize)"),
+            )),
+        }
+    }
+
     pub fn active_ids(&self) -> Vec<String> {
         self.requests.keys().cloned().collect()
     }

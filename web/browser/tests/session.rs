@@ -128,3 +128,30 @@ fn session_streams_and_replies_like_the_server() {
     ));
     assert_eq!(session.num_active(), 0);
 }
+
+#[test]
+fn tokenize_and_detokenize_answer_like_the_server() {
+    let (_, tokenizer) = infer_tests::smollm2_shared();
+    let session = Session::new(tokenizer.clone(), "smollm2".into(), 2048);
+    let text = "<|im_start|>user\nHi 12345<|im_end|>";
+    let r = session
+        .tokenizer_call("tokenize", &json!({"prompt": text}).to_string())
+        .unwrap();
+    let ids = tokenizer.encode(text, true).unwrap();
+    assert_eq!(
+        r,
+        json!({"count": ids.len(), "max_model_len": 2048, "tokens": ids})
+    );
+    let r = session
+        .tokenizer_call("detokenize", &json!({"tokens": ids}).to_string())
+        .unwrap();
+    assert_eq!(r, json!({"prompt": text}));
+    let e = session
+        .tokenizer_call("detokenize", &json!({"tokens": [1, 999_999]}).to_string())
+        .unwrap_err();
+    assert_eq!((e.status, e.param.as_deref()), (400, Some("tokens")));
+    let e = session
+        .tokenizer_call("tokenize", &json!({"text": "x"}).to_string())
+        .unwrap_err();
+    assert_eq!(e.status, 400, "{e}");
+}
