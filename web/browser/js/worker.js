@@ -99,6 +99,10 @@ async function load({ model, kvCacheMiB, maxModelLen, cache, modelName }) {
   await init();
   const loader = await WebLoader.open();
   const adapter = JSON.parse(loader.adapter());
+  // wgpu's WebGPU backend leaves the adapter's name empty: add the browser's description.
+  const gpu = (await navigator.gpu.requestAdapter().catch(() => null))?.info;
+  const described = gpu && [gpu.vendor, gpu.architecture, gpu.description].filter(Boolean).join(' ');
+  if (described) adapter.name = `${described} ${adapter.name.trim()}`;
   post({ type: 'adapter', adapter });
   const src = await openSource(model, cache !== false);
   try {

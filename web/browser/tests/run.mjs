@@ -4,7 +4,7 @@
 // blocks, the second load comes from the cache, bad files give clear errors, and every WGSL
 // kernel compiles in Chromium (Tint). Prints figures as JSON and "N passed, N failed".
 //
-// node web/browser/tests/run.mjs DIST_DIR MODEL.gguf INFER_BINARY
+// node web/browser/tests/run.mjs DIST_DIR MODEL.gguf INFER_BINARY   (ONLY=regex: some checks)
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -21,6 +21,8 @@ const results = [];
 const figures = {};
 
 async function check(name, fn) {
+  // ONLY=regex runs the matching checks alone (while working on them).
+  if (process.env.ONLY && !new RegExp(process.env.ONLY).test(name)) return;
   const t = Date.now();
   try {
     await fn();
@@ -234,6 +236,44 @@ await check('a second page load takes the weights from the cache', async () => {
   if (!info.fromCache) throw new Error('not loaded from the cache');
   assertEq(info.text, want['The capital of France is'], 'output after a cached load');
   figures.load_cached_ms = Math.round(info.loadMs);
+});
+
+await check('demo page: adapter and limits, two chats streaming at once with tok/s, stop', async () => {
+  const demo = await context.newPage();
+  try {
+    await demo.goto(`${base}/index.html?model=/models/smollm2.gguf`);
+    await demo.waitForFunction(() => !document.getElementById('prompt').disabled, null, { timeout: 120000 });
+    const adapter = await demo.textContent('#adapter');
+    if (!/max binding \d+ MiB/.test(adapter)) throw new Error(`adapter panel: ${adapter}`);
+    await demo.check('#two');
+    await demo.fill('#prompt', 'Hi!');
+    await demo.click('#send');
+    // Both conversations stream at least two tokens (a live rate needs two), then Stop ends them.
+    await demo.waitForFunction(() => [...document.querySelectorAll('.chat .meta')].filter((m) => /tok\/s/.test(m.textContent) && parseInt(m.textContent, 10) >= 2).length === 2,
+      null, { timeout: 240000 });
+    await demo.click('#stop');
+    await demo.waitForFunction(() => document.getElementById('stop').disabled, null, { timeout: 120000 });
+    const stats = await demo.textContent('#stats');
+    if (!/KV blocks \d+\/\d+/.test(stats)) throw new Error(`stats footer: ${stats}`);
+    figures.demo_adapter = adapter.split('\n')[0];
+    if (process.env.SCREENSHOT) await demo.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+  } finally { await demo.close(); }
+});
+
+await check('demo page: a GGUF file picked from disk loads without any request for it', async () => {
+  const demo = await context.newPage();
+  try {
+    await demo.goto(`${base}/index.html`);
+    const file = path.join(root, 'fixtures/tiny', TINY[0]);
+    const before = server.requests.length;
+    await demo.setInputFiles('#model-file', file);
+    await demo.click('#load-btn');
+    await demo.waitForFunction(() => /loaded in/.test(document.getElementById('load-status').textContent) || document.getElementById('load-status').className === 'error', null, { timeout: 60000 });
+    const status = await demo.textContent('#load-status');
+    if (!/loaded in/.test(status)) throw new Error(`status: ${status}`);
+    const fetched = server.requests.slice(before).filter((r) => r.includes('.gguf'));
+    assertEq(fetched, [], 'model requests');
+  } finally { await demo.close(); }
 });
 
 for (const [url, needle] of [['/models/truncated.gguf', 'truncated'], ['/models/not-gguf.gguf', 'GGUF']]) {
