@@ -1,8 +1,9 @@
-// out[m, n_offset + n] = x[m, k] · w[n, k]ᵀ for decode-sized m (≤ 8) with one invocation per
-// output column and no workgroup memory or barriers: the kernel for CPU adapters (SwiftShader,
-// lavapipe), which run a workgroup barrier by switching between invocations one at a time and
-// make the cooperative `matmul_small` tens of times slower there. Rows go four at a time, so
-// each weight vector is read once per four rows. Needs k % 4 == 0. `w4` comes from a header.
+// out[m, n_offset + n] = x[m, k] · w[n, k]ᵀ with one invocation per output column and no
+// workgroup memory or barriers: the kernel for adapters that run a workgroup barrier by
+// switching between invocations one at a time (SwiftShader), where the cooperative
+// `matmul_small` and `matmul_tiled` are tens of times slower. Rows go four at a time, so each
+// weight vector is read once per four rows (eight a pass measured no faster: the dots, not
+// the weight reads, bound it there). Needs k % 4 == 0. `w4` comes from a header.
 struct Params { m: u32, n: u32, k: u32, n_offset: u32, out_stride: u32, _p0: u32, _p1: u32, _p2: u32 }
 
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;

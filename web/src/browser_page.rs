@@ -50,12 +50,18 @@ pub fn routes(
     let model = warp::path!("browser" / "model.gguf")
         .and(warp::fs::file(state.model_file.clone().unwrap_or_default()))
         .map(|f: warp::fs::File| f.into_response());
-    let redirect = warp::path!("browser").and(warp::path::end()).map(|| {
-        warp::redirect::see_other(warp::http::Uri::from_static("/browser/")).into_response()
-    });
+    // warp matches `/browser` and `/browser/` alike: only the first is sent to the second,
+    // so the page's relative URLs (`infer.js`, `model.gguf`) resolve under `/browser/`.
     let files = warp::path("browser")
+        .and(warp::path::full())
         .and(warp::path::tail())
         .and(warp::get())
-        .map(|tail: warp::path::Tail| asset(tail.as_str()));
-    model.or(redirect).unify().or(files).unify()
+        .map(|full: warp::path::FullPath, tail: warp::path::Tail| {
+            if tail.as_str().is_empty() && !full.as_str().ends_with('/') {
+                warp::redirect::see_other(warp::http::Uri::from_static("/browser/")).into_response()
+            } else {
+                asset(tail.as_str())
+            }
+        });
+    model.or(files).unify()
 }

@@ -88,6 +88,24 @@ fn chat_page_and_metrics_are_served() {
     assert!(js.contains("/v1/chat/completions") && js.contains("tok/s"));
     assert!(get("/static/style.css").0.starts_with("text/css"));
 
+    // The browser demo: `/browser` goes to `/browser/`, which is the page itself (or, in a
+    // server built before `scripts/build-browser.sh`, a 404 page saying how to build it).
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let r = agent.get(&url("/browser")).call().unwrap();
+    assert_eq!((r.status(), r.header("location")), (303, Some("/browser/")));
+    let page = match agent.get(&url("/browser/")).call() {
+        Ok(r) => {
+            assert!(r.header("content-type").unwrap().starts_with("text/html"));
+            r.into_string().unwrap()
+        }
+        Err(ureq::Error::Status(404, r)) => r.into_string().unwrap(),
+        Err(e) => panic!("/browser/: {e}"),
+    };
+    assert!(
+        page.contains("demo.js") || page.contains("scripts/build-browser.sh"),
+        "{page}"
+    );
+
     // One request moves the counters; every vLLM-named family is there.
     let before = metric("infer:generation_tokens_total");
     let (status, _) = post(

@@ -171,7 +171,7 @@ impl<'a> KernelBench<'a> {
                 let variants: &[(&'static str, bool)] = if m <= infer_shaders::MATMUL_SMALL_MAX_M {
                     &[("matmul_small", false), ("matmul_rows", true)]
                 } else {
-                    &[("matmul_tiled", false)]
+                    &[("matmul_tiled", false), ("matmul_rows", true)]
                 };
                 for &(kernel, barrier_free) in variants {
                     cases.push(Case {

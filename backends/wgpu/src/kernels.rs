@@ -160,7 +160,8 @@ impl GpuContext {
     }
 
     /// `x [m, k] · w [n, k]ᵀ`: the small-batch kernel for decode, the tiled one for prefill,
-    /// the scalar one where `k % 4 != 0`; one dispatch per part of a split weight.
+    /// the barrier-free one for both where barriers are slow, the scalar one where
+    /// `k % 4 != 0`; one dispatch per part of a split weight.
     pub fn matmul(&self, x: &GpuBuffer, w: &MatrixRef, m: usize) -> GpuResult<GpuBuffer> {
         let (n, k) = (w.rows, w.cols);
         let out = self.output(m * n)?;
@@ -168,7 +169,9 @@ impl GpuContext {
         let (kernel, cols_per_group, rows_per_group) = if !k.is_multiple_of(4) {
             check("matmul", !f16, || format!("f16 weights with k = {k}"))?;
             (&shaders::MATMUL, 16, 16)
-        } else if m <= shaders::MATMUL_SMALL_MAX_M && self.barrier_free_kernels() {
+        } else if self.barrier_free_kernels() {
+            // Any m: rows go four at a time, so prefill reads the weights m / 4 times; still
+            // faster there than the tiled kernel's barriers.
             let kernel = if f16 {
                 &shaders::MATMUL_ROWS_F16
             } else {

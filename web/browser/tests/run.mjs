@@ -5,7 +5,7 @@
 // kernel compiles in Chromium (Tint). Prints figures as JSON and "N passed, N failed".
 //
 // node web/browser/tests/run.mjs DIST_DIR MODEL.gguf INFER_BINARY   (ONLY=regex: some checks)
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -215,9 +215,12 @@ await check('decode speed and time to first token (figures)', async () => {
     let n = 0;
     for await (const c of stream) { if (first === null) first = performance.now(); n += c.choices.length ? 1 : 0; }
     const end = performance.now();
-    return { ttft_ms: first - t0, decode_tok_s: (n - 1) / ((end - first) / 1000), tokens: n };
+    // A chat turn's prompt (the template and its default system prompt) is longer.
+    const c0 = performance.now();
+    const chat = await window.engine.chat.completions.create({ messages: [{ role: 'user', content: 'Name three colors of the rainbow.' }], max_tokens: 1 });
+    return { ttft_ms: first - t0, decode_tok_s: (n - 1) / ((end - first) / 1000), tokens: n, chat_prompt_tokens: chat.usage.prompt_tokens, chat_ttft_ms: performance.now() - c0 };
   });
-  Object.assign(figures, { ttft_ms: Math.round(f.ttft_ms), decode_tok_s: Number(f.decode_tok_s.toFixed(2)) });
+  Object.assign(figures, { ttft_ms: Math.round(f.ttft_ms), decode_tok_s: Number(f.decode_tok_s.toFixed(2)), chat_prompt_tokens: f.chat_prompt_tokens, chat_ttft_ms: Math.round(f.chat_ttft_ms) });
 });
 
 await check('a second page load takes the weights from the cache', async () => {
@@ -274,6 +277,28 @@ await check('demo page: a GGUF file picked from disk loads without any request f
     const fetched = server.requests.slice(before).filter((r) => r.includes('.gguf'));
     assertEq(fetched, [], 'model requests');
   } finally { await demo.close(); }
+});
+
+await check('infer serve offers the demo at /browser/ with the GGUF it loaded', async () => {
+  const port = 18000 + Math.floor(Math.random() * 2000);
+  const child = spawn(inferBin, ['serve', '--model', modelPath, '--port', String(port), '--max-model-len', '512'], { stdio: 'ignore' });
+  const demo = await context.newPage();
+  try {
+    const url = `http://127.0.0.1:${port}`;
+    for (let i = 0; ; i++) {
+      if ((await fetch(`${url}/health`).catch(() => null))?.ok) break;
+      if (i > 600) throw new Error('infer serve did not come up');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await demo.goto(`${url}/browser/`);
+    await demo.click('#load-btn');
+    await demo.waitForFunction(() => /loaded in|error/.test(document.getElementById('load-status').textContent + document.getElementById('load-status').className), null, { timeout: 120000 });
+    const status = await demo.textContent('#load-status');
+    if (!/loaded in/.test(status)) throw new Error(`status: ${status}`);
+  } finally {
+    await demo.close();
+    child.kill();
+  }
 });
 
 for (const [url, needle] of [['/models/truncated.gguf', 'truncated'], ['/models/not-gguf.gguf', 'GGUF']]) {
