@@ -40,22 +40,30 @@ pub enum PendingLogits {
 }
 
 impl PendingLogits {
-    /// The result after the device was waited for: an in-flight read that is still not
-    /// complete then is an error, never a hang.
-    pub fn take_now(self) -> Result<StepLogits> {
-        match self {
-            PendingLogits::Ready(l) => Ok(l),
-            PendingLogits::InFlight(mut f) => {
-                match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-                    Poll::Ready(r) => r,
-                    Poll::Pending => Err(crate::error::InferError::Backend {
-                        backend: "device",
-                        message:
-                            "the step's read-back had not completed after waiting for the device"
-                                .into(),
-                    }),
-                }
+    /// Blocks for the result (native): `drive` waits for the device, then the read is polled.
+    /// Another thread polling the same device may run the read's completion a moment after
+    /// the device is idle, so this drives and polls again until it is there; still pending
+    /// after 30 s is an error, never a hang.
+    pub fn wait(self, mut drive: impl FnMut() -> Result<()>) -> Result<StepLogits> {
+        let mut f = match self {
+            PendingLogits::Ready(l) => return Ok(l),
+            PendingLogits::InFlight(f) => f,
+        };
+        let deadline = web_time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            drive()?;
+            if let Poll::Ready(r) = f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                return r;
             }
+            if web_time::Instant::now() >= deadline {
+                return Err(crate::error::InferError::Backend {
+                    backend: "device",
+                    message:
+                        "the step's read-back had not completed 30 s after the device was idle"
+                            .into(),
+                });
+            }
+            std::thread::yield_now();
         }
     }
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, Stream, StreamExt};
 use infer_api::format::{
-    completion_stream_choices, CompletionChoice, Reply, UsageCounter, COMPLETION as OBJECT,
+    completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, UsageCounter,
+    COMPLETION as OBJECT,
 };
 use infer_core::{CompletionOutput, TokenLogprobs};
 use serde_json::{json, Value};
@@ -75,11 +76,11 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
     if req.sampling.stream {
         let usage = req.sampling.include_usage();
         // `echo` streams each choice's prompt text first, as vLLM does.
-        let mut echoed = Vec::new();
-        for (i, p) in prompts.iter().enumerate().filter(|_| req.echo) {
-            let text = state.tokenizer.decode(p, false).map_err(ApiError::from)?;
-            echoed.extend((0..n).map(|j| json!({"index": i * n + j, "text": text, "logprobs": null, "finish_reason": null})));
-        }
+        let echoed = if req.echo {
+            completion_echo_choices(&state.tokenizer, prompts, n).map_err(ApiError::from)?
+        } else {
+            Vec::new()
+        };
         let head: Vec<_> = echoed
             .into_iter()
             .map(|c| sse_data(&reply.chunk(OBJECT, json!([c]), None).to_string()))

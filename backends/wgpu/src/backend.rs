@@ -193,29 +193,32 @@ impl Backend for WgpuBackend {
     fn read_logits(&self, logits: &WgpuTensor, argmax: bool) -> Result<PendingLogits> {
         let (rows, cols) = logits.rows_cols();
         let src = logits.buf("read_logits")?;
-        if argmax {
-            let ids = self.ctx.argmax(src, rows, cols).map_err(gpu_err)?;
-            let read = self
-                .ctx
-                .read_bytes_async(&[(&ids, 0, rows as u64 * 4)])
-                .map_err(gpu_err)?;
-            return Ok(PendingLogits::InFlight(Box::pin(async move {
-                let bytes = read.await.map_err(gpu_err)?;
-                Ok(StepLogits {
-                    rows: Vec::new(),
-                    argmax: Some(bytemuck::cast_slice(&bytes).to_vec()),
-                })
-            })));
-        }
+        // One id per row computed on the device, or every row.
+        let ids = if argmax {
+            Some(self.ctx.argmax(src, rows, cols).map_err(gpu_err)?)
+        } else {
+            None
+        };
+        let (buffer, words) = match &ids {
+            Some(ids) => (ids, rows),
+            None => (src, logits.len()),
+        };
         let read = self
             .ctx
-            .read_bytes_async(&[(src, 0, logits.len() as u64 * 4)])
+            .read_bytes_async(&[(buffer, 0, words as u64 * 4)])
             .map_err(gpu_err)?;
         Ok(PendingLogits::InFlight(Box::pin(async move {
             let bytes = read.await.map_err(gpu_err)?;
-            Ok(StepLogits {
-                rows: bytemuck::cast_slice(&bytes).to_vec(),
-                argmax: None,
+            Ok(if argmax {
+                StepLogits {
+                    rows: Vec::new(),
+                    argmax: Some(bytemuck::cast_slice(&bytes).to_vec()),
+                }
+            } else {
+                StepLogits {
+                    rows: bytemuck::cast_slice(&bytes).to_vec(),
+                    argmax: None,
+                }
             })
         })))
     }

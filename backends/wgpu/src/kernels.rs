@@ -143,19 +143,13 @@ impl GpuContext {
     ) -> GpuResult<GpuBuffer> {
         let out = self.output(rows * cols)?;
         let p = Params4([u(cols), u(rows), eps.to_bits(), 0]);
-        if self.barrier_free_kernels() {
-            let grid = groups_grid(rows.div_ceil(64));
-            self.dispatch(
-                &shaders::RMS_NORM_ROWS,
-                "main",
-                &[x, weight, &out],
-                &p,
-                grid,
-            )?;
+        // A row per invocation (64 a workgroup) or a row per workgroup.
+        let (kernel, grid) = if self.barrier_free_kernels() {
+            (&shaders::RMS_NORM_ROWS, groups_grid(rows.div_ceil(64)))
         } else {
-            let grid = groups_grid(rows);
-            self.dispatch(&shaders::RMS_NORM, "main", &[x, weight, &out], &p, grid)?;
-        }
+            (&shaders::RMS_NORM, groups_grid(rows))
+        };
+        self.dispatch(kernel, "main", &[x, weight, &out], &p, grid)?;
         Ok(out)
     }
 
@@ -166,9 +160,11 @@ impl GpuContext {
         let (n, k) = (w.rows, w.cols);
         let out = self.output(m * n)?;
         let f16 = w.storage == WeightStorage::F16;
+        // (kernel, output columns per workgroup, rows per workgroup: `None` for the kernels
+        // that take every row in one workgroup and lay column groups out as a 1-D grid).
         let (kernel, cols_per_group, rows_per_group) = if !k.is_multiple_of(4) {
             check("matmul", !f16, || format!("f16 weights with k = {k}"))?;
-            (&shaders::MATMUL, 16, 16)
+            (&shaders::MATMUL, 16, Some(16))
         } else if self.barrier_free_kernels() {
             // Any m: rows go four at a time, so prefill reads the weights m / 4 times; still
             // faster there than the tiled kernel's barriers.
@@ -177,28 +173,25 @@ impl GpuContext {
             } else {
                 &shaders::MATMUL_ROWS_F32
             };
-            (kernel, 64, m.max(1))
+            (kernel, 64, None)
         } else if m <= shaders::MATMUL_SMALL_MAX_M {
             let kernel = if f16 {
                 &shaders::MATMUL_SMALL_F16
             } else {
                 &shaders::MATMUL_SMALL_F32
             };
-            (kernel, 8, m.max(1))
+            (kernel, 8, None)
         } else if f16 {
-            (&shaders::MATMUL_TILED_F16, 64, 64)
+            (&shaders::MATMUL_TILED_F16, 64, Some(64))
         } else {
-            (&shaders::MATMUL_TILED_F32, 64, 64)
+            (&shaders::MATMUL_TILED_F32, 64, Some(64))
         };
         for (part, first, rows) in w.parts() {
             let p = Params8([u(m), u(rows), u(k), u(first), u(n), 0, 0, 0]);
             let col_groups = rows.div_ceil(cols_per_group);
-            let grid = if kernel.name.starts_with("matmul_small")
-                || kernel.name.starts_with("matmul_rows")
-            {
-                groups_grid(col_groups)
-            } else {
-                (u(col_groups), u(m.div_ceil(rows_per_group)), 1)
+            let grid = match rows_per_group {
+                None => groups_grid(col_groups),
+                Some(r) => (u(col_groups), u(m.div_ceil(r)), 1),
             };
             self.dispatch(kernel, "main", &[x, part, &out], &p, grid)?;
         }

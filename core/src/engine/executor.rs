@@ -17,7 +17,7 @@ pub trait Executor {
     /// their argmaxes), which may still be in flight.
     fn submit(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<PendingLogits>;
     /// Blocks until the submitted work and its read-back are done (native engines call it
-    /// before `PendingLogits::take_now`; the browser awaits the read instead).
+    /// through `PendingLogits::wait`; the browser awaits the read instead).
     fn wait(&self) -> Result<()> {
         Ok(())
     }

@@ -95,7 +95,6 @@ pub struct Engine<E: Executor> {
 /// A step between its submission and its read-back.
 struct StepInFlight {
     chunks: Vec<ScheduledChunk>,
-    read: PendingLogits,
     started: Instant,
     executing: Instant,
 }
@@ -205,22 +204,22 @@ impl<E: Executor> Engine<E> {
     /// Blocks on the device (native); the browser uses `step_async`, the same step with an
     /// awaited read-back.
     pub fn step(&mut self) -> Result<Vec<RequestOutput>> {
-        let step = self.submit_step()?;
-        self.executor.wait()?;
-        let logits = step.read.take_now();
-        self.finish_step(step.chunks, logits, step.started, step.executing)
+        let (step, read) = self.submit_step()?;
+        let executor = &self.executor;
+        let logits = read.wait(|| executor.wait());
+        self.finish_step(step, logits)
     }
 
     /// `step` for event-loop hosts (wasm + WebGPU): awaits the step's read-back instead of
     /// blocking, so the device can complete it.
     pub async fn step_async(&mut self) -> Result<Vec<RequestOutput>> {
-        let step = self.submit_step()?;
-        let logits = step.read.resolve().await;
-        self.finish_step(step.chunks, logits, step.started, step.executing)
+        let (step, read) = self.submit_step()?;
+        let logits = read.resolve().await;
+        self.finish_step(step, logits)
     }
 
     /// Schedules, builds the batch and submits it to the executor.
-    fn submit_step(&mut self) -> Result<StepInFlight> {
+    fn submit_step(&mut self) -> Result<(StepInFlight, PendingLogits)> {
         let started = Instant::now();
         let plan = self.scheduler.schedule()?;
         if plan.chunks.is_empty()
@@ -267,33 +266,31 @@ impl<E: Executor> Engine<E> {
                 r.metrics.num_preemptions += 1;
             }
         }
-        Ok(StepInFlight {
+        let step = StepInFlight {
             chunks: plan.chunks,
-            read,
             started,
             executing,
-        })
+        };
+        Ok((step, read))
     }
 
     /// Samples from the step's logits and updates the requests and counters.
     fn finish_step(
         &mut self,
-        chunks: Vec<ScheduledChunk>,
+        step: StepInFlight,
         logits: Result<StepLogits>,
-        started: Instant,
-        executing: Instant,
     ) -> Result<Vec<RequestOutput>> {
         let mut logits = logits?;
-        self.stats.last_execute_time = executing.elapsed();
+        self.stats.last_execute_time = step.executing.elapsed();
         self.stats.steps += 1;
         self.stats.argmax_steps += u64::from(logits.argmax.is_some());
-        let outputs = self.process(&chunks, &mut logits, started)?;
+        let outputs = self.process(&step.chunks, &mut logits, step.started)?;
         let mut stats = self.stats;
         self.fill_live_stats(&mut stats);
         self.stats = stats;
         self.stats.sum_blocks_logical += self.stats.kv_blocks_logical as u64;
         self.stats.sum_blocks_physical += self.stats.kv_blocks_physical as u64;
-        self.stats.last_step_time = started.elapsed();
+        self.stats.last_step_time = step.started.elapsed();
         Ok(outputs)
     }
 

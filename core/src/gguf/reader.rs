@@ -101,8 +101,6 @@ pub struct GgufFile {
     pub tensors: BTreeMap<String, GgufTensorInfo>,
     /// Bytes of the whole file.
     pub file_len: u64,
-    /// Where the header ends (the first tensor's data may start here or later).
-    pub header_len: u64,
     data: TensorData,
 }
 
@@ -136,10 +134,12 @@ impl GgufFile {
     /// Keeps a tensor's bytes (read by the caller from `tensor_range`) in a file parsed from its
     /// header, e.g. `rope_freqs.weight`, which the config needs.
     pub fn keep_tensor(&mut self, name: &str, bytes: Vec<u8>) -> Result<()> {
-        let expected = self.tensors.get(name).map(|i| i.num_bytes);
-        if expected != Some(bytes.len()) {
+        let Some(expected) = self.tensors.get(name).map(|i| i.num_bytes) else {
+            return Err(self.streamed_err(format!("no tensor `{name}` in the file")));
+        };
+        if bytes.len() != expected {
             return Err(self.streamed_err(format!(
-                "tensor `{name}`: got {} bytes, expected {expected:?}",
+                "tensor `{name}`: got {} bytes, expected {expected} (truncated read?)",
                 bytes.len()
             )));
         }
@@ -150,6 +150,17 @@ impl GgufFile {
             }
             #[cfg(feature = "native")]
             TensorData::Mapped(_) => Ok(()),
+        }
+    }
+
+    /// Drops the bytes `keep_tensor` kept (once they are on the device).
+    pub fn release_tensor(&mut self, name: &str) {
+        match &mut self.data {
+            TensorData::Streamed(kept) => {
+                kept.remove(name);
+            }
+            #[cfg(feature = "native")]
+            TensorData::Mapped(_) => {}
         }
     }
 
@@ -229,8 +240,7 @@ impl GgufFile {
                 .ok_or_else(|| err(format!("general.alignment {v:?} is not a power of two")))?,
             None => DEFAULT_ALIGNMENT,
         };
-        let header_len = cur.pos as u64;
-        let data_start = header_len.div_ceil(alignment) * alignment;
+        let data_start = (cur.pos as u64).div_ceil(alignment) * alignment;
         let mut tensors = BTreeMap::new();
         for (name, (dims, type_id, rel_offset)) in infos {
             let dtype = GgmlType::from_id(type_id).ok_or_else(|| {
@@ -278,7 +288,6 @@ impl GgufFile {
             metadata,
             tensors,
             file_len,
-            header_len,
             data: TensorData::Streamed(BTreeMap::new()),
         })
     }

@@ -116,8 +116,12 @@ impl<B: Backend> LlamaModel<B> {
         }
         names.push(WeightName::FinalNorm);
         for i in 0..config.num_layers {
-            let mut per_layer = vec![LayerWeight::AttnNorm, LayerWeight::Q, LayerWeight::K];
-            per_layer.push(LayerWeight::V);
+            let mut per_layer = vec![
+                LayerWeight::AttnNorm,
+                LayerWeight::Q,
+                LayerWeight::K,
+                LayerWeight::V,
+            ];
             if config.attention_bias {
                 per_layer.extend([LayerWeight::QBias, LayerWeight::KBias, LayerWeight::VBias]);
             }

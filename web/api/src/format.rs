@@ -160,6 +160,23 @@ pub fn completion_stream_choices(
         .collect()
 }
 
+/// A completion stream's first choices with `echo`: each choice's prompt text, sent before
+/// the generated text as vLLM does. Each choice goes in a chunk of its own.
+pub fn completion_echo_choices(
+    tok: &Tokenizer,
+    prompts: &[Vec<u32>],
+    n: usize,
+) -> infer_core::Result<Vec<Value>> {
+    let mut choices = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let text = tok.decode(p, false)?;
+        choices.extend((0..n).map(
+            |j| json!({"index": i * n + j, "text": text, "logprobs": null, "finish_reason": null}),
+        ));
+    }
+    Ok(choices)
+}
+
 /// The first chat chunk's choices: each choice's role.
 pub fn chat_role_choices(n: usize) -> Vec<Value> {
     (0..n)

@@ -1,14 +1,15 @@
 //! Loading a GGUF model into WebGPU from JavaScript: the worker reads the file in ranges (from
 //! the network, the browser's cache or a picked `File`), hands the header to `parse_header`,
 //! then each tensor `next_tensor` names to `upload_tensor`, which dequantizes or packs it and
-//! uploads it at once, so wasm memory never holds more than one tensor.
+//! uploads it at once, so wasm memory never holds more than one tensor (the config's
+//! `rope_freqs.weight` aside).
 
 use std::sync::Arc;
 
 use infer_core::config::ModelConfig;
-use infer_core::gguf::{GgufFile, GgufTensorInfo};
+use infer_core::gguf::GgufFile;
 use infer_core::model::llama::upload_weight;
-use infer_core::weights::{HostTensor, PackedTensor, WeightName, WeightSource};
+use infer_core::weights::{WeightName, WeightSource};
 use infer_core::{InferError, LlamaModel, Tokenizer};
 use infer_wgpu::{GpuContext, WeightStorage, WgpuBackend, WgpuTensor};
 use wasm_bindgen::prelude::*;
@@ -35,46 +36,6 @@ pub struct WebLoader {
     gguf: Option<GgufFile>,
     pub(crate) header: Option<Header>,
     pub(crate) uploaded: Vec<WgpuTensor>,
-}
-
-/// One tensor's bytes as a weight source, so the native upload path (packed or dequantized,
-/// shape checks) serves the browser unchanged.
-struct OneTensor<'a> {
-    gguf: &'a GgufFile,
-    weight: WeightName,
-    info: &'a GgufTensorInfo,
-    bytes: &'a [u8],
-}
-
-impl WeightSource for OneTensor<'_> {
-    fn source_name(&self) -> String {
-        self.gguf.source_name()
-    }
-
-    fn tensor_name(&self, w: WeightName) -> String {
-        self.gguf.tensor_name(w)
-    }
-
-    fn contains(&self, w: WeightName) -> bool {
-        w == self.weight
-    }
-
-    fn load_raw(&self, _w: WeightName) -> infer_core::Result<HostTensor> {
-        let mut data = vec![0f32; self.info.shape.iter().product()];
-        self.info.dtype.dequantize(self.bytes, &mut data);
-        Ok(HostTensor::new(self.info.shape.clone(), data))
-    }
-
-    fn load_packed_raw(&self, _w: WeightName) -> infer_core::Result<Option<PackedTensor>> {
-        if !self.info.dtype.is_block_quantized() || self.info.shape.len() != 2 {
-            return Ok(None);
-        }
-        Ok(Some(PackedTensor {
-            shape: self.info.shape.clone(),
-            dtype: self.info.dtype,
-            data: self.bytes.to_vec(),
-        }))
-    }
 }
 
 #[wasm_bindgen]
@@ -191,36 +152,22 @@ impl WebLoader {
         Some(vec![a as f64, b as f64])
     }
 
-    /// Uploads the bytes of the tensor `next_tensor` named.
-    pub fn upload_tensor(&mut self, bytes: &[u8]) -> Result<(), JsError> {
+    /// Uploads the bytes of the tensor `next_tensor` named, through the native upload path
+    /// (packed or dequantized, shape checks); they are dropped once on the device.
+    pub fn upload_tensor(&mut self, bytes: Vec<u8>) -> Result<(), JsError> {
         let h = self
             .header
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| js_err("call prepare first"))?;
         let w = *h
             .plan
             .get(self.uploaded.len())
             .ok_or_else(|| js_err("every tensor is already uploaded"))?;
         let name = h.gguf.tensor_name(w);
-        let info = h
-            .gguf
-            .tensors
-            .get(&name)
-            .ok_or_else(|| js_err(format!("tensor `{name}` is missing")))?;
-        if bytes.len() != info.num_bytes {
-            return Err(js_err(format!(
-                "tensor `{name}`: got {} bytes, expected {} (truncated download?)",
-                bytes.len(),
-                info.num_bytes
-            )));
-        }
-        let one = OneTensor {
-            gguf: &h.gguf,
-            weight: w,
-            info,
-            bytes,
-        };
-        let t = upload_weight(&self.backend, &one, &h.config, w).map_err(js_err)?;
+        h.gguf.keep_tensor(&name, bytes).map_err(js_err)?;
+        let uploaded = upload_weight(&self.backend, &h.gguf, &h.config, w);
+        h.gguf.release_tensor(&name);
+        let t = uploaded.map_err(js_err)?;
         self.backend.context().take_errors().map_err(js_err)?;
         self.uploaded.push(t);
         Ok(())

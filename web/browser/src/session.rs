@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use infer_api::format::{
-    chat_choice, chat_role_choices, chat_stream_choices, completion_stream_choices,
-    CompletionChoice, Reply, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
+    chat_choice, chat_role_choices, chat_stream_choices, completion_echo_choices,
+    completion_stream_choices, CompletionChoice, Reply, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
 };
 use infer_api::prepare::{PreparedChat, Served};
 use infer_api::{ChatRequest, CompletionRequest, RequestError, Usage};
@@ -200,17 +200,10 @@ impl Session {
                     prompts,
                     echo: true,
                     ..
-                } => {
-                    let mut chunks = Vec::new();
-                    for (i, p) in prompts.iter().enumerate() {
-                        let text = self.tokenizer.decode(p, false)?;
-                        for j in 0..n {
-                            let c = json!({"index": i * n + j, "text": text, "logprobs": null, "finish_reason": null});
-                            chunks.push(reply.chunk(COMPLETION, json!([c]), None));
-                        }
-                    }
-                    chunks
-                }
+                } => completion_echo_choices(&self.tokenizer, prompts, n)?
+                    .into_iter()
+                    .map(|c| reply.chunk(COMPLETION, json!([c]), None))
+                    .collect(),
                 Kind::Completion { .. } => Vec::new(),
             };
             first.extend(head.into_iter().map(|chunk| Event::Chunk {
