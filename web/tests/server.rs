@@ -69,6 +69,16 @@ fn models_tokenize_detokenize_health() {
     let (_, t) = post("/tokenize", &json!({"prompt": "Hello world"}));
     let (_, d) = post("/detokenize", &json!({"tokens": t["tokens"]}));
     assert_eq!(d["prompt"], "Hello world");
+    // A field /tokenize does not take is refused by name, not ignored.
+    let (status, e) = post(
+        "/tokenize",
+        &json!({"prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    assert_eq!(status, 400, "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("messages"),
+        "{e}"
+    );
     let (status, e) = post("/detokenize", &json!({"tokens": [99_999_999]}));
     assert_eq!(status, 400, "{e}");
 }

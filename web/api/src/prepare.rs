@@ -101,6 +101,7 @@ pub struct Served<'a> {
 impl Served<'_> {
     /// vLLM's `/tokenize` reply: `{count, max_model_len, tokens}`.
     pub fn tokenize(&self, req: &TokenizeRequest) -> Result<serde_json::Value, RequestError> {
+        self.check_model(req.model.as_deref())?;
         let tokens = self.tokenizer.encode(&req.prompt, req.add_special_tokens)?;
         Ok(serde_json::json!({
             "count": tokens.len(),
@@ -111,6 +112,7 @@ impl Served<'_> {
 
     /// vLLM's `/detokenize` reply: `{prompt}`; ids outside the vocabulary are a 400.
     pub fn detokenize(&self, req: &DetokenizeRequest) -> Result<serde_json::Value, RequestError> {
+        self.check_model(req.model.as_deref())?;
         let vocab = self.tokenizer.vocab_size() as u32;
         if let Some(t) = req.tokens.iter().find(|&&t| t >= vocab) {
             return Err(RequestError::bad_request(format!(

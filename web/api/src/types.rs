@@ -190,9 +190,14 @@ pub struct ErrorDetail {
     pub code: Option<String>,
 }
 
-/// vLLM's `POST /tokenize` body (also `engine.tokenize` in the browser).
+/// vLLM's `POST /tokenize` body (also `engine.tokenize` in the browser). Fields it does not
+/// take (vLLM's `messages`, `return_token_strs`) are refused by name, not ignored.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TokenizeRequest {
+    /// Checked against the served model when given.
+    #[serde(default)]
+    pub model: Option<String>,
     pub prompt: String,
     #[serde(default = "default_true")]
     pub add_special_tokens: bool,
@@ -204,6 +209,9 @@ fn default_true() -> bool {
 
 /// vLLM's `POST /detokenize` body.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DetokenizeRequest {
+    #[serde(default)]
+    pub model: Option<String>,
     pub tokens: Vec<u32>,
 }

@@ -177,17 +177,22 @@ class BrowserEngine {
   }
 }
 
+const CREATE_OPTIONS = ['model', 'onProgress', 'kvCacheMiB', 'maxModelLen', 'cache', 'modelName'];
+
 /**
  * Loads a model and starts the engine in a Web Worker.
  * - `model`: URL of a GGUF file (downloaded once into the browser's cache, then read in
  *   ranges) or a `File` the user picked (read in place, no upload).
  * - `onProgress({ phase: 'download' | 'upload', loaded, total })`: bytes done of total.
  * - `kvCacheMiB` (256): the KV pool; halved on out-of-memory errors.
- * - `maxModelLen`: a smaller context than the model's; `cache` (true): use the Cache API.
+ * - `maxModelLen`: a smaller context than the model's; `cache` (true): use the Cache API;
+ * - `modelName`: the `model` replies carry (the file's name by default). Other keys are refused.
  * Rejects with a clear message for a missing WebGPU, a corrupt or unsupported file.
  */
 export async function createEngine(options = {}) {
   if (!('gpu' in navigator)) throw new Error('this browser has no WebGPU (navigator.gpu is missing)');
+  const unknown = Object.keys(options).filter((k) => !CREATE_OPTIONS.includes(k));
+  if (unknown.length) throw new Error(`createEngine: unknown option(s) ${unknown.join(', ')} (known: ${CREATE_OPTIONS.join(', ')})`);
   const { onProgress, ...rest } = options;
   if (typeof rest.model === 'string') rest.model = new URL(rest.model, document.baseURI).href;
   const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });

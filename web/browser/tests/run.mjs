@@ -184,11 +184,16 @@ await check('streamed chat: role first, deltas, finish, usage; same text as the 
   if (r.json.object !== 'chat.completion') throw new Error(`object ${r.json.object}`);
 });
 
-await check('bad parameters are refused with a 400 naming them', async () => {
+await check('bad parameters are refused with a 400 naming them, unknown createEngine options by name', async () => {
   const e = await page.evaluate(async () => {
     try { await window.engine.completions.create({ prompt: 'x', temperature: -1 }); return null; } catch (e) { return { status: e.status, param: e.param, message: e.message }; }
   });
   if (!e || e.status !== 400 || e.param !== 'temperature') throw new Error(`got ${JSON.stringify(e)}`);
+  const unknown = await page.evaluate(async () => {
+    const { createEngine } = await import('./infer.js');
+    try { await createEngine({ model: '/models/smollm2.gguf', kvCacheMB: 64 }); return null; } catch (e) { return e.message; }
+  });
+  if (!unknown || !unknown.includes('kvCacheMB')) throw new Error(`unknown createEngine option: ${unknown}`);
 });
 
 await check('abort frees the request\'s KV blocks', async () => {

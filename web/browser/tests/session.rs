@@ -154,4 +154,28 @@ fn tokenize_and_detokenize_answer_like_the_server() {
         .tokenizer_call("tokenize", &json!({"text": "x"}).to_string())
         .unwrap_err();
     assert_eq!(e.status, 400, "{e}");
+    let e = session
+        .tokenizer_call(
+            "tokenize",
+            &json!({"prompt": "x", "return_token_strs": true}).to_string(),
+        )
+        .unwrap_err();
+    assert!(
+        e.status == 400 && e.message.contains("return_token_strs"),
+        "{e}"
+    );
+    let e = session
+        .tokenizer_call(
+            "tokenize",
+            &json!({"prompt": "x", "model": "other"}).to_string(),
+        )
+        .unwrap_err();
+    assert_eq!((e.status, e.param.as_deref()), (404, Some("model")));
+    let r = session
+        .tokenizer_call(
+            "tokenize",
+            &json!({"prompt": "x", "model": "smollm2"}).to_string(),
+        )
+        .unwrap();
+    assert_eq!(r["tokens"], json!(tokenizer.encode("x", true).unwrap()));
 }
