@@ -207,6 +207,12 @@ pub trait Backend {
     fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
     /// `x [m, k] · wᵀ` for a linear weight `w [n, k]`: `[m, n]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
+    /// The vocabulary projection `x · lm_headᵀ`: `matmul`, except where a backend trades
+    /// activation precision for speed in `matmul` (the CPU's 8-bit activations) and keeps the
+    /// logits, which sampling reads directly, precise.
+    fn matmul_logits(&self, x: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor> {
+        self.matmul(x, w)
+    }
     /// `x[r] += bias` for every row.
     fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Tensor) -> Result<()>;
     /// `x += y` (residual connection).

@@ -4,6 +4,7 @@
 //! blocks and 5-token prefill chunks, so attention crosses blocks and chunks.
 
 use infer_core::RopeStyle;
+use infer_cpu::CpuBackend;
 use infer_tests::hf_writer::{write_hf_dir, SaveDtype};
 use infer_tests::{cpu_backends, fixtures_dir, load_cpu, load_cpu_with, max_abs_diff};
 use serde::Deserialize;
@@ -93,7 +94,9 @@ fn logits_and_greedy_tokens_match_float64_reference() {
 #[test]
 fn hf_directories_match_their_gguf() {
     for case in cases() {
-        let gguf = load_cpu(&path(&case));
+        // f32 weights on both sides: this compares the formats' weight mapping, and the packed
+        // K-quant path runs on 8-bit activations (checked against references in infer-cpu).
+        let gguf = load_cpu_with(&path(&case), CpuBackend::f32_weights());
         let dir = tempfile::tempdir().unwrap();
         write_hf_dir(&gguf.files, dir.path(), SaveDtype::F32);
         if let Some(scaling) = &case.llama3_rope_scaling {

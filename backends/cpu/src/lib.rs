@@ -1,17 +1,20 @@
 //! The CPU backend: pure Rust, f32 math, multithreaded with rayon (GEMMs through the `gemm`
 //! crate). It is the reference every other backend is tested against, and the fallback without
-//! a GPU. By default Q4_0 / Q4_1 / Q8_0 matrices stay packed and are decoded inside the matmul
-//! (f32 math, 4-6x less memory traffic); `CpuBackend::f32_weights()` dequantizes
-//! everything at load instead.
+//! a GPU. By default quantized matrices (every GGUF quant type) stay packed as stored. Q4_0,
+//! Q4_1 and Q8_0 have f32 kernels that decode blocks inside the matmul (`quant`); the other
+//! types decode on the integer path on 8-bit activations and prefill on f32 tiles (`qdot`).
+//! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
 mod attention;
 mod kv_cache;
 mod matmul;
 mod ops;
+mod qdot;
 mod quant;
 mod tensor;
 
 use infer_core::block_manager::BlockCopy;
+use infer_core::gguf::GgmlType;
 use infer_core::{
     AttentionParams, Backend, BatchInput, HostTensor, InferError, KvCacheSpec, PackedTensor,
     Result, RopeStyle,
@@ -20,7 +23,7 @@ use infer_core::{
 use kv_cache::copy_between;
 pub use kv_cache::CpuKvCache;
 pub use matmul::matmul;
-pub use quant::matmul_packed;
+pub use qdot::{matmul_quantized, matmul_quantized_precise, Isa};
 use tensor::Storage;
 pub use tensor::{CpuBatch, CpuTensor};
 
@@ -36,7 +39,7 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
-    /// Keeps Q4_0 / Q4_1 / Q8_0 matrices packed (the fast default).
+    /// Keeps quantized matrices packed (the fast default).
     pub fn new() -> Self {
         CpuBackend {
             packed_weights: true,
@@ -56,6 +59,30 @@ pub(crate) fn shape_err(op: &str, detail: String) -> InferError {
         backend: "cpu",
         message: format!("{op}: {detail}"),
     }
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` for a quantized `w [n, k]`.
+type QuantizedMatmul = fn(&[f32], &[u8], GgmlType, usize, usize, usize) -> Vec<f32>;
+
+/// `x · wᵀ`, quantized weights through `quantized` (8-bit or precise activations).
+fn matmul_with(x: &CpuTensor, w: &CpuTensor, quantized: QuantizedMatmul) -> Result<CpuTensor> {
+    let (m, k) = x.rows_cols();
+    let (n, wk) = w.rows_cols();
+    if k != wk {
+        return Err(shape_err(
+            "matmul",
+            format!("x {:?} · w {:?}ᵀ", x.shape, w.shape),
+        ));
+    }
+    let x = x.f32("matmul")?;
+    let out = match &w.storage {
+        Storage::F32(w) => matmul::matmul(x, w, m, k, n),
+        Storage::Packed { dtype, data } if quant::has_f32_kernels(*dtype) => {
+            quant::matmul_packed(x, data, *dtype, m, k, n)
+        }
+        Storage::Packed { dtype, data } => quantized(x, data, *dtype, m, k, n),
+    };
+    Ok(CpuTensor::new(vec![m, n], out))
 }
 
 fn check_layer(cache: &CpuKvCache, layer: usize) -> Result<()> {
@@ -89,7 +116,7 @@ impl Backend for CpuBackend {
     fn upload_packed(&self, t: &PackedTensor) -> Result<Option<CpuTensor>> {
         let (per_block, _) = t.dtype.block();
         let usable = self.packed_weights
-            && t.dtype.is_block_quantized()
+            && t.dtype.is_quantized()
             && t.shape.len() == 2
             && t.shape[1].is_multiple_of(per_block)
             && t.data.len() == t.shape[0] * t.row_bytes();
@@ -153,8 +180,11 @@ impl Backend for CpuBackend {
         }
         let data = match &table.storage {
             Storage::F32(t) => ops::gather_rows(t, d, &batch.input.token_ids),
-            Storage::Packed { dtype, data } => {
+            Storage::Packed { dtype, data } if quant::has_f32_kernels(*dtype) => {
                 quant::gather_rows_packed(data, *dtype, d, &batch.input.token_ids)
+            }
+            Storage::Packed { dtype, data } => {
+                qdot::gather_rows_quantized(data, *dtype, d, &batch.input.token_ids)
             }
         };
         Ok(CpuTensor::new(vec![batch.input.num_tokens(), d], data))
@@ -175,20 +205,11 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
-        let (m, k) = x.rows_cols();
-        let (n, wk) = w.rows_cols();
-        if k != wk {
-            return Err(shape_err(
-                "matmul",
-                format!("x {:?} · w {:?}ᵀ", x.shape, w.shape),
-            ));
-        }
-        let x = x.f32("matmul")?;
-        let out = match &w.storage {
-            Storage::F32(w) => matmul::matmul(x, w, m, k, n),
-            Storage::Packed { dtype, data } => quant::matmul_packed(x, data, *dtype, m, k, n),
-        };
-        Ok(CpuTensor::new(vec![m, n], out))
+        matmul_with(x, w, qdot::matmul_quantized)
+    }
+
+    fn matmul_logits(&self, x: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
+        matmul_with(x, w, qdot::matmul_quantized_precise)
     }
 
     fn add_bias(&self, x: &mut CpuTensor, bias: &CpuTensor) -> Result<()> {

@@ -1,6 +1,6 @@
 //! GGML tensor types we can load, their block layouts, and dequantization to f32.
-//! Layouts follow ggml-common.h: Q4_0/Q4_1/Q8_0 blocks pack 32 weights with an f16 scale (and
-//! min); K-quants (see `kquants`) pack 256.
+//! Layouts follow ggml-common.h: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL blocks pack 32 weights with an
+//! f16 scale (and min); K-quants and IQ4_XS (see `kquants`) pack 256.
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -13,38 +13,83 @@ pub enum GgmlType {
     F16,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
     Q2K,
     Q3K,
     Q4K,
     Q5K,
     Q6K,
+    IQ4NL,
+    IQ4XS,
     BF16,
 }
 
 const QK: usize = 32;
 
 impl GgmlType {
+    /// Every quantized type we read, in ggml's id order.
+    pub const QUANTIZED: [GgmlType; 12] = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+        GgmlType::IQ4NL,
+        GgmlType::IQ4XS,
+    ];
+
     pub fn from_id(id: u32) -> Option<Self> {
         Some(match id {
             0 => GgmlType::F32,
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
             10 => GgmlType::Q2K,
             11 => GgmlType::Q3K,
             12 => GgmlType::Q4K,
             13 => GgmlType::Q5K,
             14 => GgmlType::Q6K,
+            20 => GgmlType::IQ4NL,
+            23 => GgmlType::IQ4XS,
             30 => GgmlType::BF16,
             _ => return None,
         })
     }
 
-    /// Whether values are packed in 32-element blocks with scales (Q4_0, Q4_1, Q8_0).
-    pub fn is_block_quantized(self) -> bool {
-        matches!(self, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    /// Whether values are packed in blocks with scales (every type but F32, F16 and BF16).
+    pub fn is_quantized(self) -> bool {
+        !matches!(self, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+    }
+
+    /// ggml's name for the type, as `llama-quantize` and model cards spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "F32",
+            GgmlType::F16 => "F16",
+            GgmlType::BF16 => "BF16",
+            GgmlType::Q4_0 => "Q4_0",
+            GgmlType::Q4_1 => "Q4_1",
+            GgmlType::Q5_0 => "Q5_0",
+            GgmlType::Q5_1 => "Q5_1",
+            GgmlType::Q8_0 => "Q8_0",
+            GgmlType::Q2K => "Q2_K",
+            GgmlType::Q3K => "Q3_K",
+            GgmlType::Q4K => "Q4_K",
+            GgmlType::Q5K => "Q5_K",
+            GgmlType::Q6K => "Q6_K",
+            GgmlType::IQ4NL => "IQ4_NL",
+            GgmlType::IQ4XS => "IQ4_XS",
+        }
     }
 
     /// (elements per block, bytes per block)
@@ -54,6 +99,10 @@ impl GgmlType {
             GgmlType::F16 | GgmlType::BF16 => (1, 2),
             GgmlType::Q4_0 => (QK, 2 + QK / 2),
             GgmlType::Q4_1 => (QK, 4 + QK / 2),
+            GgmlType::Q5_0 => (QK, 6 + QK / 2),
+            GgmlType::Q5_1 => (QK, 8 + QK / 2),
+            GgmlType::IQ4NL => (QK, 2 + QK / 2),
+            GgmlType::IQ4XS => (QK_K, 136),
             GgmlType::Q8_0 => (QK, 2 + QK),
             GgmlType::Q2K => (QK_K, 84),
             GgmlType::Q3K => (QK_K, 110),
@@ -114,6 +163,29 @@ impl GgmlType {
                     o[j + QK / 2] = (q >> 4) as f32 * d + m;
                 }
             }
+            GgmlType::Q5_0 | GgmlType::Q5_1 => {
+                // Each weight's fifth bit sits in the 32-bit `qh`; Q5_0 codes are centred on 16.
+                let (d, m, at) = if self == GgmlType::Q5_1 {
+                    (h(0), h(2), 4)
+                } else {
+                    (h(0), -16.0 * h(0), 2)
+                };
+                let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+                for (j, q) in b[at + 4..].iter().enumerate() {
+                    let lo = (q & 0x0f) as u32 | (((qh >> j) & 1) << 4);
+                    let hi = (q >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
+                    o[j] = lo as f32 * d + m;
+                    o[j + QK / 2] = hi as f32 * d + m;
+                }
+            }
+            GgmlType::IQ4NL => {
+                let d = h(0);
+                for (j, q) in b[2..].iter().enumerate() {
+                    o[j] = d * kquants::IQ4_VALUES[(q & 0x0f) as usize] as f32;
+                    o[j + QK / 2] = d * kquants::IQ4_VALUES[(q >> 4) as usize] as f32;
+                }
+            }
+            GgmlType::IQ4XS => kquants::iq4_xs(b, o),
             GgmlType::Q2K => kquants::q2_k(b, o),
             GgmlType::Q3K => kquants::q3_k(b, o),
             GgmlType::Q4K => kquants::q4_k(b, o),

@@ -1,5 +1,5 @@
-//! K-quant super-blocks (ggml's Q2_K..Q6_K: 256 weights each, 16 or 32 per sub-block scale),
-//! dequantized as ggml's `dequantize_row_q*_K` do. The layouts follow ggml-common.h.
+//! K-quant super-blocks (ggml's Q2_K..Q6_K: 256 weights each, 16 or 32 per sub-block scale) and
+//! IQ4_XS, dequantized as ggml's `dequantize_row_*` do. The layouts follow ggml-common.h.
 
 use half::f16;
 
@@ -10,7 +10,7 @@ fn h(b: &[u8], at: usize) -> f32 {
 }
 
 /// 6-bit scale and min `j` (0..8) packed in the 12 `scales` bytes of Q4_K / Q5_K.
-fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
+pub fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
     let (d, m) = if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -130,6 +130,33 @@ pub fn q6_k(b: &[u8], y: &mut [f32]) {
             y[l + 32] = s(2) * q2 as f32;
             y[l + 64] = s(4) * q3 as f32;
             y[l + 96] = s(6) * q4 as f32;
+        }
+    }
+}
+
+/// The 16 non-uniform levels of IQ4_NL / IQ4_XS (ggml's `kvalues_iq4nl`).
+pub const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// The 6-bit scale of IQ4_XS sub-block `ib` (0..8), centred on 32.
+pub fn iq4_xs_scale(b: &[u8], ib: usize) -> i32 {
+    let high = u16::from_le_bytes([b[2], b[3]]);
+    let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f;
+    (low as i32 | ((((high >> (2 * ib)) & 3) as i32) << 4)) - 32
+}
+
+/// IQ4_XS (136 bytes): d, scales_h (u16), scales_l[4], qs[128]: eight 32-weight sub-blocks,
+/// each `d * scale * IQ4_VALUES[code]`.
+pub fn iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    for ib in 0..8 {
+        let dl = d * iq4_xs_scale(b, ib) as f32;
+        let q = &b[8 + 16 * ib..24 + 16 * ib];
+        let y = &mut y[32 * ib..32 * ib + 32];
+        for j in 0..16 {
+            y[j] = dl * IQ4_VALUES[(q[j] & 0x0f) as usize] as f32;
+            y[j + 16] = dl * IQ4_VALUES[(q[j] >> 4) as usize] as f32;
         }
     }
 }

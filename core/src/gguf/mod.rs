@@ -1,7 +1,7 @@
 //! GGUF models: config from metadata, weights dequantized on load, tokenizer from metadata.
 
 mod dtype;
-mod kquants;
+pub mod kquants;
 mod reader;
 
 pub use dtype::GgmlType;
@@ -185,7 +185,7 @@ impl WeightSource for GgufFile {
 
     fn load_packed_raw(&self, w: WeightName) -> Result<Option<PackedTensor>> {
         let info = self.info(w)?;
-        if !info.dtype.is_block_quantized() || info.shape.len() != 2 {
+        if !info.dtype.is_quantized() || info.shape.len() != 2 {
             return Ok(None);
         }
         Ok(Some(PackedTensor {

@@ -270,6 +270,6 @@ impl<B: Backend> LlamaModel<B> {
         }
         let last = backend.gather_logit_rows(&x, &meta)?;
         let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
-        backend.matmul(&h, self.lm_head.as_ref().unwrap_or(&self.embed))
+        backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))
     }
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Random K-quant blocks (Q2_K..Q6_K) and their f32 values as dequantized by the `gguf`
-package, stored together in fixtures/kquants.gguf: tensor `<type>` holds the blocks and
-`<type>.expected` the f32 values. Re-run:  python3 scripts/kquant_fixture.py
+"""Random blocks of every GGUF quant type we read (Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS)
+and their f32 values as dequantized by the `gguf` package's numpy code, stored together in
+fixtures/quants.gguf: tensor `<type>` holds the blocks and `<type>.expected` the f32 values.
+Re-run:  python3 -m venv /tmp/gg && /tmp/gg/bin/pip install gguf numpy
+         /tmp/gg/bin/python scripts/quant_fixture.py
 """
 import pathlib
 
@@ -12,14 +14,19 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
 ROWS, COLS = 3, 512
-# byte offsets of the f16 scales inside each block (kept finite and small)
-F16_FIELDS = {T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+# Byte offsets of the f16 scales inside each block, set to finite small values (random bytes
+# elsewhere: every bit pattern of the codes and sub-block scales is a valid block).
+F16_FIELDS = {
+    T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
+    T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.IQ4_NL: [0], T.IQ4_XS: [0],
+}
 
 
 def main():
     rng = np.random.default_rng(7)
-    out = pathlib.Path(__file__).parent.parent / "fixtures" / "kquants.gguf"
-    w = GGUFWriter(str(out), "kquant-fixture")
+    out = pathlib.Path(__file__).parent.parent / "fixtures" / "quants.gguf"
+    w = GGUFWriter(str(out), "quant-fixture")
     for qtype, fields in F16_FIELDS.items():
         block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
         n_blocks = ROWS * COLS // block_elems

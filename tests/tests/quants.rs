@@ -1,20 +1,15 @@
-//! K-quant dequantization (Q2_K..Q6_K) against the `gguf` package's numpy implementation, on
-//! random blocks stored with their expected values by scripts/kquant_fixture.py.
+//! Dequantization of every GGUF quant type we read against the `gguf` package's numpy code, on
+//! random blocks stored with their expected values by scripts/quant_fixture.py.
 
 use infer_core::gguf::{GgmlType, GgufFile};
 use infer_tests::{fixtures_dir, max_abs_diff};
 
 #[test]
-fn k_quants_dequantize_like_ggml() {
-    let g = GgufFile::open(&fixtures_dir().join("kquants.gguf")).unwrap();
-    for (name, dtype) in [
-        ("q2_k", GgmlType::Q2K),
-        ("q3_k", GgmlType::Q3K),
-        ("q4_k", GgmlType::Q4K),
-        ("q5_k", GgmlType::Q5K),
-        ("q6_k", GgmlType::Q6K),
-    ] {
-        let info = &g.tensors[name];
+fn every_quant_type_dequantizes_like_ggml() {
+    let g = GgufFile::open(&fixtures_dir().join("quants.gguf")).unwrap();
+    for dtype in GgmlType::QUANTIZED {
+        let name = dtype.name().to_lowercase();
+        let info = &g.tensors[&name];
         assert_eq!(info.dtype, dtype);
         let mut got = vec![0f32; info.shape.iter().product()];
         dtype.dequantize(g.tensor_bytes(info).unwrap(), &mut got);

@@ -1,0 +1,71 @@
+//! Activation rows quantized once per matmul to 8 bits in 16-wide blocks: `x ≈ scale * code`,
+//! `code` in -127..=127 so `maddubs` pairs never saturate. llama.cpp uses 32-wide blocks
+//! (256 for K-quants); 16 halves how many values share a block with an outlier channel, which
+//! the final hidden state of small models has (SmolLM2: |x| up to 33 beside values near 1),
+//! at no cost in the kernels: the scale is applied per 4-weight lane anyway.
+
+pub(crate) struct Q8Rows {
+    pub k: usize,
+    /// `m * k` codes.
+    pub codes: Vec<i8>,
+    /// Eight per 32 values, laid out like `UnpackedRow::scales`: the scale of values 0..16 in
+    /// lanes 0..4, of 16..32 in lanes 4..8.
+    pub scales: Vec<f32>,
+    /// One per 16 values: `scale * Σ code`, for the weights' per-16 offsets.
+    pub sums: Vec<f32>,
+}
+
+impl Q8Rows {
+    pub fn row(&self, r: usize) -> (&[i8], &[f32], &[f32]) {
+        let k = self.k;
+        (
+            &self.codes[r * k..(r + 1) * k],
+            &self.scales[r * k / 4..(r + 1) * k / 4],
+            &self.sums[r * k / 16..(r + 1) * k / 16],
+        )
+    }
+
+    /// The scale of value `p` of a row's scales.
+    #[cfg(test)]
+    pub fn scale_of(scales: &[f32], p: usize) -> f32 {
+        scales[(p / 32) * 8 + (p % 32 / 16) * 4]
+    }
+}
+
+/// Quantizes the rows of `x` (`k` a multiple of 32) to nearest, ties away from zero.
+pub(crate) fn quantize_rows(x: &[f32], k: usize) -> Q8Rows {
+    debug_assert!(k.is_multiple_of(32) && x.len().is_multiple_of(k));
+    let mut q = Q8Rows {
+        k,
+        codes: vec![0; x.len()],
+        scales: vec![0.0; x.len() / 4],
+        sums: vec![0.0; x.len() / 16],
+    };
+    for (g, (xs, codes)) in x
+        .chunks_exact(16)
+        .zip(q.codes.chunks_exact_mut(16))
+        .enumerate()
+    {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        for (c, v) in codes.iter_mut().zip(xs) {
+            *c = (v * inv).round() as i8;
+        }
+        q.scales[4 * g..4 * g + 4].fill(scale);
+        q.sums[g] = scale * codes.iter().map(|&c| c as i32).sum::<i32>() as f32;
+    }
+    q
+}
+
+/// What `q` leaves of `x`, quantized again: `x ≈ q + residual` to about 16 bits, for matmuls
+/// whose outputs are read directly (the logits) at twice the integer work.
+pub(crate) fn quantize_residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
+    let residual: Vec<f32> = x
+        .iter()
+        .zip(&q.codes)
+        .enumerate()
+        .map(|(p, (v, c))| v - *c as f32 * q.scales[(p / 16) * 4])
+        .collect();
+    quantize_rows(&residual, q.k)
+}

@@ -1,0 +1,170 @@
+//! Integer dot products of one decoded weight row (`UnpackedRow`) with R quantized activation
+//! rows at once: per 32 weights, eight 4-weight integer partial sums (AVX2 `maddubs` + `madd`,
+//! or one VNNI `dpbusd`), scaled in f32 by the weight scales and the activation block's scale.
+//! The weight codes and scales are loaded once for all R rows. The scalar kernel computes the
+//! same sums in plain Rust: the fallback and the tests' reference.
+
+/// Which kernels this CPU runs, detected once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-VNNI (`vpdpbusd` on 256-bit registers, Alder Lake / Zen 5 and later).
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
+    /// AVX-512 VNNI with VL (Ice Lake / Zen 4 and later), used on 256-bit registers.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
+}
+
+impl Isa {
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            if avx2
+                && is_x86_feature_detected!("avx512vnni")
+                && is_x86_feature_detected!("avx512vl")
+            {
+                return Isa::Avx512Vnni;
+            }
+            if avx2 && is_x86_feature_detected!("avxvnni") {
+                return Isa::AvxVnni;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// The kernels the tests compare with the scalar reference: this CPU's best and every
+    /// narrower one it also runs.
+    pub fn available() -> Vec<Isa> {
+        let best = Isa::detect();
+        let mut all = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        if best != Isa::Scalar {
+            all.push(Isa::Avx2);
+            if best != Isa::Avx2 {
+                all.push(best);
+            }
+        }
+        all
+    }
+}
+
+/// `Σ_c Σ_lanes scales[8c + lane] * xd[8c + lane] * (Σ of the lane's 4 code·x products)` for
+/// each of the R rows: the scalar form of the vector kernels' arithmetic.
+#[inline(always)]
+pub(crate) fn dot_scalar<const SIGNED: bool, const R: usize>(
+    codes: &[u8],
+    scales: &[f32],
+    x: &[&[i8]; R],
+    xd: &[&[f32]; R],
+) -> [f32; R] {
+    let mut out = [0f32; R];
+    for (c, w) in codes.chunks_exact(32).enumerate() {
+        for r in 0..R {
+            let xs = &x[r][32 * c..32 * c + 32];
+            let mut halves = [0i32; 2];
+            for (h, sum) in halves.iter_mut().enumerate() {
+                for l in 16 * h..16 * h + 16 {
+                    let wv = if SIGNED {
+                        w[l] as i8 as i32
+                    } else {
+                        w[l] as i32
+                    };
+                    *sum += wv * xs[l] as i32;
+                }
+            }
+            let (s, d) = (&scales[8 * c..8 * c + 8], &xd[r][8 * c..8 * c + 8]);
+            out[r] += s[0] * d[0] * halves[0] as f32 + s[4] * d[4] * halves[1] as f32;
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Eight i32 lanes, lane i = Σ u[4i..4i+4] · s[4i..4i+4] (u unsigned, s signed bytes);
+    /// pairs cannot saturate i16 because |u| ≤ 128 and |s| ≤ 127.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn product_avx2(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    }
+
+    #[target_feature(enable = "avx2,avxvnni")]
+    #[inline]
+    fn product_avxvnni(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+    }
+
+    #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+    #[inline]
+    fn product_avx512vnni(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+
+    macro_rules! dot_kernel {
+        ($name:ident, $features:literal, $product:ident) => {
+            /// The vector form of `dot_scalar`.
+            ///
+            /// # Safety
+            /// The CPU must have the enabled features; `codes` holds whole 32-code chunks,
+            /// `scales` 8 per chunk, every `x[r]` as many codes and `xd[r]` 8 per chunk.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(crate) unsafe fn $name<const SIGNED: bool, const R: usize>(
+                codes: &[u8],
+                scales: &[f32],
+                x: &[&[i8]; R],
+                xd: &[&[f32]; R],
+            ) -> [f32; R] {
+                let chunks = codes.len() / 32;
+                debug_assert!(scales.len() >= 8 * chunks);
+                debug_assert!(
+                    (0..R).all(|r| x[r].len() >= 32 * chunks && xd[r].len() >= 8 * chunks)
+                );
+                let mut acc = [_mm256_setzero_ps(); R];
+                for c in 0..chunks {
+                    // SAFETY: every load is in bounds by the caller's contract (checked in
+                    // debug builds above); unaligned loads are used throughout.
+                    unsafe {
+                        let w = _mm256_loadu_si256(codes.as_ptr().add(32 * c).cast());
+                        let s = _mm256_loadu_ps(scales.as_ptr().add(8 * c));
+                        let wu = if SIGNED { _mm256_sign_epi8(w, w) } else { w };
+                        for r in 0..R {
+                            let xv = _mm256_loadu_si256(x[r].as_ptr().add(32 * c).cast());
+                            let xs = if SIGNED { _mm256_sign_epi8(xv, w) } else { xv };
+                            let p = _mm256_cvtepi32_ps($product(wu, xs));
+                            let d = _mm256_mul_ps(s, _mm256_loadu_ps(xd[r].as_ptr().add(8 * c)));
+                            acc[r] = _mm256_fmadd_ps(p, d, acc[r]);
+                        }
+                    }
+                }
+                acc.map(|a| hsum(a))
+            }
+        };
+    }
+
+    dot_kernel!(dot_avx2, "avx2,fma", product_avx2);
+    dot_kernel!(dot_avxvnni, "avx2,fma,avxvnni", product_avxvnni);
+    dot_kernel!(
+        dot_avx512vnni,
+        "avx2,fma,avx512vnni,avx512vl",
+        product_avx512vnni
+    );
+}

@@ -1,0 +1,375 @@
+//! Matmul on quantized weights kept as stored (every GGUF quant type we read).
+//!
+//! Decode-sized batches (up to `INT_MAX_M` rows) take the integer path llama.cpp takes: the
+//! activation rows are quantized once to 8 bits (`activations`), each weight row is decoded
+//! once to codes and scales (`unpack`) and dotted with every activation row in integer
+//! arithmetic (`kernels`, dispatched on the CPU's features). Larger batches (prefill) decode
+//! column tiles to f32 and hand them to GEMM, which is compute-bound there and exact in f32.
+
+mod activations;
+mod kernels;
+#[cfg(test)]
+mod tests;
+mod unpack;
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use infer_core::gguf::GgmlType;
+
+use crate::matmul::{by_column_tiles, gemm_into, streaming_tile};
+use activations::{quantize_residual, quantize_rows, Q8Rows};
+use kernels::dot_scalar;
+pub use kernels::Isa;
+use unpack::{codes_of, unpack_row, Codes, UnpackedRow};
+
+/// Up to this many activation rows take the integer path. Above it the f32 GEMM's blocking
+/// wins (measured with `infer bench latency`, see the README).
+pub(crate) const INT_MAX_M: usize = 8;
+
+fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(Isa::detect)
+}
+
+thread_local! {
+    /// Per-thread scratch: a decoded weight row, and f32 weights for the GEMM path. Fresh
+    /// buffers per call cost an allocation and a memset as large as the data.
+    static ROW: RefCell<UnpackedRow> = RefCell::new(UnpackedRow::default());
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` for a quantized `w [n, k]` (rows of whole blocks).
+pub fn matmul_quantized(
+    x: &[f32],
+    w: &[u8],
+    dtype: GgmlType,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    if m <= INT_MAX_M {
+        matmul_integer(isa(), Activations::Int8, x, w, dtype, m, k, n)
+    } else {
+        matmul_dequantized(x, w, dtype, m, k, n)
+    }
+}
+
+/// Like `matmul_quantized`, with the activations to about 16 bits (two 8-bit planes): for the
+/// logits, where 8-bit activations move values by tenths (see the README) and flip greedy
+/// picks that the f32 path makes.
+pub fn matmul_quantized_precise(
+    x: &[f32],
+    w: &[u8],
+    dtype: GgmlType,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    if m <= INT_MAX_M {
+        matmul_integer(isa(), Activations::Int16, x, w, dtype, m, k, n)
+    } else {
+        matmul_dequantized(x, w, dtype, m, k, n)
+    }
+}
+
+/// How finely the integer path quantizes activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activations {
+    /// One 8-bit plane (llama.cpp's choice).
+    Int8,
+    /// An 8-bit plane and its 8-bit residual.
+    Int16,
+}
+
+struct Job<'a> {
+    dtype: GgmlType,
+    k: usize,
+    row_bytes: usize,
+    /// The activations, one or two planes that sum to them.
+    planes: &'a [Q8Rows],
+    m: usize,
+}
+
+/// The integer path on the kernels of `isa` (tests pick each one).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_integer(
+    isa: Isa,
+    activations: Activations,
+    x: &[f32],
+    w: &[u8],
+    dtype: GgmlType,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    let (per_block, block_bytes) = dtype.block();
+    let row_bytes = k / per_block * block_bytes;
+    debug_assert_eq!(w.len(), n * row_bytes);
+    if m == 0 || n == 0 {
+        return vec![0f32; m * n];
+    }
+    let mut planes = vec![quantize_rows(x, k)];
+    if activations == Activations::Int16 {
+        planes.push(quantize_residual(x, &planes[0]));
+    }
+    let job = Job {
+        dtype,
+        k,
+        row_bytes,
+        planes: &planes,
+        m,
+    };
+    let signed = codes_of(dtype) == Codes::Signed;
+    by_column_tiles(m, n, streaming_tile(n), |c0, c1, part| {
+        let w_tile = &w[c0 * row_bytes..c1 * row_bytes];
+        let mut row = ROW.take();
+        match (isa, signed) {
+            (Isa::Scalar, false) => tile::<ScalarDot, false>(&job, w_tile, part, &mut row),
+            (Isa::Scalar, true) => tile::<ScalarDot, true>(&job, w_tile, part, &mut row),
+            // SAFETY (all three arms): `Isa::detect` found the CPU features each tile needs;
+            // tests only pick ISAs from `Isa::available`.
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, s) => unsafe { x86_tiles::avx2(s, &job, w_tile, part, &mut row) },
+            #[cfg(target_arch = "x86_64")]
+            (Isa::AvxVnni, s) => unsafe { x86_tiles::avxvnni(s, &job, w_tile, part, &mut row) },
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512Vnni, s) => unsafe {
+                x86_tiles::avx512vnni(s, &job, w_tile, part, &mut row)
+            },
+        }
+        ROW.set(row);
+    })
+}
+
+/// A dot kernel over R activation rows (see `kernels`).
+trait RowDot {
+    /// # Safety
+    /// The CPU must have the kernel's features (callers are compiled with them enabled).
+    unsafe fn dot<const SIGNED: bool, const R: usize>(
+        codes: &[u8],
+        scales: &[f32],
+        x: &[&[i8]; R],
+        xd: &[&[f32]; R],
+    ) -> [f32; R];
+}
+
+struct ScalarDot;
+impl RowDot for ScalarDot {
+    #[inline(always)]
+    unsafe fn dot<const SIGNED: bool, const R: usize>(
+        codes: &[u8],
+        scales: &[f32],
+        x: &[&[i8]; R],
+        xd: &[&[f32]; R],
+    ) -> [f32; R] {
+        dot_scalar::<SIGNED, R>(codes, scales, x, xd)
+    }
+}
+
+/// Adds to `part [m, width]` (zeroed) the weight rows of `w_tile` dotted with the activations:
+/// each row decoded once, then dotted with the activation rows four at a time.
+#[inline(always)]
+fn tile<D: RowDot, const SIGNED: bool>(
+    job: &Job,
+    w_tile: &[u8],
+    part: &mut [f32],
+    row: &mut UnpackedRow,
+) {
+    let width = w_tile.len() / job.row_bytes;
+    for (j, w_row) in w_tile.chunks_exact(job.row_bytes).enumerate() {
+        unpack_row(job.dtype, w_row, job.k, row);
+        for x in job.planes {
+            let mut r = 0;
+            while r < job.m {
+                let take = (job.m - r).min(4);
+                match take {
+                    4 => dots::<D, SIGNED, 4>(x, row, r, j, width, part),
+                    3 => dots::<D, SIGNED, 3>(x, row, r, j, width, part),
+                    2 => dots::<D, SIGNED, 2>(x, row, r, j, width, part),
+                    _ => dots::<D, SIGNED, 1>(x, row, r, j, width, part),
+                }
+                r += take;
+            }
+            if !SIGNED {
+                for r in 0..job.m {
+                    part[r * width + j] += offsets_dot(&row.offsets, x.row(r).2);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn dots<D: RowDot, const SIGNED: bool, const R: usize>(
+    x_rows: &Q8Rows,
+    row: &UnpackedRow,
+    r0: usize,
+    j: usize,
+    width: usize,
+    part: &mut [f32],
+) {
+    let x: [&[i8]; R] = std::array::from_fn(|i| x_rows.row(r0 + i).0);
+    let xd: [&[f32]; R] = std::array::from_fn(|i| x_rows.row(r0 + i).1);
+    // SAFETY: `tile` is instantiated with a kernel only inside a function compiled with that
+    // kernel's features, after `Isa::detect` found them.
+    let out = unsafe { D::dot::<SIGNED, R>(&row.codes, &row.scales, &x, &xd) };
+    for (i, v) in out.iter().enumerate() {
+        part[(r0 + i) * width + j] += *v;
+    }
+}
+
+/// `Σ offset_g * scale_g * Σ code_g` over the 16-weight groups, in 8 lanes so it vectorizes.
+#[inline(always)]
+fn offsets_dot(offsets: &[f32], sums: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (o8, s8) = (offsets.chunks_exact(8), sums.chunks_exact(8));
+    let tail: f32 = o8
+        .remainder()
+        .iter()
+        .zip(s8.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
+    for (o, s) in o8.zip(s8) {
+        for l in 0..8 {
+            acc[l] = o[l].mul_add(s[l], acc[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86_tiles {
+    use super::*;
+    use crate::qdot::kernels::x86;
+
+    macro_rules! isa_tile {
+        ($tile:ident, $dot_type:ident, $kernel:ident, $features:literal) => {
+            struct $dot_type;
+            impl RowDot for $dot_type {
+                #[inline(always)]
+                unsafe fn dot<const SIGNED: bool, const R: usize>(
+                    codes: &[u8],
+                    scales: &[f32],
+                    x: &[&[i8]; R],
+                    xd: &[&[f32]; R],
+                ) -> [f32; R] {
+                    // SAFETY: forwarded from the caller (see `RowDot::dot`).
+                    unsafe { x86::$kernel::<SIGNED, R>(codes, scales, x, xd) }
+                }
+            }
+
+            /// `tile` compiled for these features, so decoding vectorizes with them too.
+            ///
+            /// # Safety
+            /// The CPU must have the enabled features.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $tile(
+                signed: bool,
+                job: &Job,
+                w_tile: &[u8],
+                part: &mut [f32],
+                row: &mut UnpackedRow,
+            ) {
+                if signed {
+                    tile::<$dot_type, true>(job, w_tile, part, row)
+                } else {
+                    tile::<$dot_type, false>(job, w_tile, part, row)
+                }
+            }
+        };
+    }
+
+    isa_tile!(avx2, Avx2Dot, dot_avx2, "avx2,fma");
+    isa_tile!(avxvnni, AvxVnniDot, dot_avxvnni, "avx2,fma,avxvnni");
+    isa_tile!(
+        avx512vnni,
+        Avx512VnniDot,
+        dot_avx512vnni,
+        "avx2,fma,avx512vnni,avx512vl"
+    );
+}
+
+/// `w = scale * code + offset` for a decoded row.
+#[inline(always)]
+fn expand_row(row: &UnpackedRow, signed: bool, out: &mut [f32]) {
+    for (c, (codes, o)) in row
+        .codes
+        .chunks_exact(32)
+        .zip(out.chunks_exact_mut(32))
+        .enumerate()
+    {
+        for h in 0..2 {
+            let s = row.scales[8 * c + 4 * h];
+            let off = if signed { 0.0 } else { row.offsets[2 * c + h] };
+            for l in 16 * h..16 * h + 16 {
+                let code = if signed {
+                    codes[l] as i8 as f32
+                } else {
+                    codes[l] as f32
+                };
+                o[l] = s.mul_add(code, off);
+            }
+        }
+    }
+}
+
+/// Decodes the packed rows `w` (`k` weights each) to f32.
+fn dequantize_rows(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
+    #[inline(always)]
+    fn body(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
+        let (per_block, block_bytes) = dtype.block();
+        let row_bytes = k / per_block * block_bytes;
+        let signed = codes_of(dtype) == Codes::Signed;
+        let mut row = ROW.take();
+        for (w_row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(k)) {
+            unpack_row(dtype, w_row, k, &mut row);
+            expand_row(&row, signed, o);
+        }
+        ROW.set(row);
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn body_avx2(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
+        body(dtype, w, k, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa() != Isa::Scalar {
+        // SAFETY: every ISA but `Scalar` implies AVX2 and FMA (`Isa::detect`).
+        return unsafe { body_avx2(dtype, w, k, out) };
+    }
+    body(dtype, w, k, out)
+}
+
+/// Many rows: column tiles decoded to f32 once and reused by GEMM across the rows.
+fn matmul_dequantized(
+    x: &[f32],
+    w: &[u8],
+    dtype: GgmlType,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    let (per_block, block_bytes) = dtype.block();
+    let row_bytes = k / per_block * block_bytes;
+    by_column_tiles(m, n, 64, |c0, c1, part| {
+        let width = c1 - c0;
+        let mut w_f32 = TILE.take();
+        w_f32.resize(width * k, 0.0);
+        dequantize_rows(dtype, &w[c0 * row_bytes..c1 * row_bytes], k, &mut w_f32);
+        gemm_into(x, &w_f32, m, k, width, part, false);
+        TILE.set(w_f32);
+    })
+}
+
+/// Rows `rows` of a quantized `[n, k]` matrix, as f32 (embedding lookup).
+pub fn gather_rows_quantized(w: &[u8], dtype: GgmlType, k: usize, rows: &[u32]) -> Vec<f32> {
+    let (per_block, block_bytes) = dtype.block();
+    let row_bytes = k / per_block * block_bytes;
+    let mut out = vec![0f32; rows.len() * k];
+    for (o, &r) in out.chunks_exact_mut(k).zip(rows) {
+        let r = r as usize;
+        dequantize_rows(dtype, &w[r * row_bytes..(r + 1) * row_bytes], k, o);
+    }
+    out
+}

@@ -1,0 +1,164 @@
+//! The integer path against its references, for every quant type and every kernel this CPU
+//! runs: the scalar kernel (same integer sums), the exact dot of the dequantized weights with
+//! the dequantized 8-bit activations (only f32 rounding apart), and the f32 activations (within
+//! the 8-bit quantization bound).
+
+use half::f16;
+use infer_core::gguf::GgmlType;
+use proptest::prelude::*;
+
+use super::*;
+use crate::matmul::matmul;
+
+/// Byte offsets of the f16 scales in each block (ggml-common.h), as scripts/quant_fixture.py.
+fn f16_fields(dtype: GgmlType) -> &'static [usize] {
+    match dtype {
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
+        GgmlType::Q6K => &[208],
+        _ => &[0],
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
+    }
+}
+
+/// Random blocks (every bit pattern of codes and sub-block scales is valid) with small finite
+/// f16 scales.
+fn random_packed(dtype: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+    let (per_block, bytes) = dtype.block();
+    let mut data: Vec<u8> = (0..n * k / per_block * bytes)
+        .map(|_| rng.next() as u8)
+        .collect();
+    for b in data.chunks_exact_mut(bytes) {
+        for &at in f16_fields(dtype) {
+            let v = 0.02 * rng.uniform() / per_block as f32 * 32.0;
+            b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+        }
+    }
+    data
+}
+
+fn dequantized(dtype: GgmlType, w: &[u8], n: usize, k: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n * k];
+    dtype.dequantize(w, &mut out);
+    out
+}
+
+fn check_type(dtype: GgmlType, m: usize, k: usize, n: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let w = random_packed(dtype, n, k, &mut rng);
+    let w_f32 = dequantized(dtype, &w, n, k);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 3.0).collect();
+    let xq = quantize_rows(&x, k);
+    let scalar = matmul_integer(Isa::Scalar, Activations::Int8, &x, &w, dtype, m, k, n);
+    for isa in Isa::available() {
+        let got = matmul_integer(isa, Activations::Int8, &x, &w, dtype, m, k, n);
+        let precise = matmul_integer(isa, Activations::Int16, &x, &w, dtype, m, k, n);
+        for i in 0..m {
+            let (codes, scales, _) = xq.row(i);
+            let x_row = &x[i * k..(i + 1) * k];
+            for j in 0..n {
+                let w_row = &w_f32[j * k..(j + 1) * k];
+                // The 8-bit activations as the kernel sees them, and their exact dot.
+                let mut exact_q = 0f64;
+                let mut magnitude = 0f64;
+                let mut bound = 0f64;
+                let mut exact_f = 0f64;
+                for p in 0..k {
+                    let step = Q8Rows::scale_of(scales, p) as f64;
+                    let xd = codes[p] as f64 * step;
+                    exact_q += xd * w_row[p] as f64;
+                    magnitude += (xd * w_row[p] as f64).abs();
+                    exact_f += x_row[p] as f64 * w_row[p] as f64;
+                    // Round to nearest: each value is off by at most half a step.
+                    bound += 0.5 * step * (w_row[p] as f64).abs();
+                }
+                let g = got[i * n + j] as f64;
+                let s = scalar[i * n + j] as f64;
+                let tol = 1e-5 * magnitude + 1e-6;
+                let at = format!("{} {isa:?} m={m} k={k} n={n} ({i},{j})", dtype.name());
+                assert!((g - exact_q).abs() <= tol, "{at}: {g} vs exact {exact_q}");
+                assert!((g - s).abs() <= tol, "{at}: {g} vs scalar {s}");
+                assert!(
+                    (g - exact_f).abs() <= bound * 1.0001 + tol,
+                    "{at}: {g} vs f32 activations {exact_f} beyond the rounding bound {bound}"
+                );
+                // The residual plane's step is at most 1/254 of the first plane's.
+                let p = precise[i * n + j] as f64;
+                assert!(
+                    (p - exact_f).abs() <= bound / 254.0 + 2.0 * tol,
+                    "{at}: 16-bit {p} vs f32 activations {exact_f} (8-bit bound {bound})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_type_every_kernel_matches_the_references() {
+    for (t, dtype) in GgmlType::QUANTIZED.into_iter().enumerate() {
+        let per_block = dtype.block().0;
+        let k = per_block.max(64) * 2;
+        for m in [1, 3, 4, 6, 9] {
+            check_type(dtype, m, k, 37, 17 + t as u64 * 100 + m as u64);
+        }
+    }
+}
+
+#[test]
+fn decoded_rows_equal_ggml_dequantization() {
+    for dtype in GgmlType::QUANTIZED {
+        let (n, k) = (5, 512);
+        let w = random_packed(dtype, n, k, &mut Rng(3));
+        let want = dequantized(dtype, &w, n, k);
+        let got = gather_rows_quantized(&w, dtype, k, &[0, 1, 2, 3, 4]);
+        for (g, r) in got.iter().zip(&want) {
+            assert!(
+                (g - r).abs() <= 1e-6 * (1.0 + r.abs()),
+                "{}: {g} vs {r}",
+                dtype.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn many_rows_take_gemm_on_decoded_tiles() {
+    for dtype in [GgmlType::Q4_1, GgmlType::Q4K, GgmlType::IQ4XS] {
+        let (m, k, n) = (INT_MAX_M + 3, 512, 70);
+        let mut rng = Rng(5);
+        let w = random_packed(dtype, n, k, &mut rng);
+        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform()).collect();
+        let want = matmul(&x, &dequantized(dtype, &w, n, k), m, k, n);
+        let got = matmul_quantized(&x, &w, dtype, m, k, n);
+        for (g, r) in got.iter().zip(&want) {
+            assert!(
+                (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                "{}: {g} vs {r}",
+                dtype.name()
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn random_shapes_match_the_references(m in 1usize..=INT_MAX_M, kb in 1usize..4, n in 1usize..40, t in 0usize..12, seed in 0u64..1000) {
+        let dtype = GgmlType::QUANTIZED[t];
+        check_type(dtype, m, kb * dtype.block().0, n, seed);
+    }
+}
