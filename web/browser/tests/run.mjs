@@ -40,9 +40,10 @@ function assertEq(got, want, what) {
   if (g !== w) throw new Error(`${what}: got ${g}, want ${w}`);
 }
 
-/** Greedy continuations from the native CPU backend, the reference. */
+/** Greedy continuations from the native CPU backend, the reference: f32 weights, as the browser
+ * computes (packed K-quants decode on 8-bit activations natively, which moves near-ties). */
 function native(model, prompt, maxTokens) {
-  const r = spawnSync(inferBin, ['generate', '--model', model, '--backend', 'cpu', '--prompt', prompt, '--max-tokens', String(maxTokens),
+  const r = spawnSync(inferBin, ['generate', '--model', model, '--backend', 'cpu', '--cpu-weights', 'f32', '--prompt', prompt, '--max-tokens', String(maxTokens),
     '--temperature', '0', '--ignore-eos', '--json'], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`infer generate failed: ${r.stderr}`);
   return JSON.parse(r.stdout).text;
