@@ -32,8 +32,8 @@ pub struct PackedTensor {
 impl PackedTensor {
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
-        let (per_block, bytes) = self.dtype.block();
-        self.shape.last().copied().unwrap_or(0) / per_block * bytes
+        self.dtype
+            .row_bytes(self.shape.last().copied().unwrap_or(0))
     }
 
     pub fn dequantize(&self) -> HostTensor {

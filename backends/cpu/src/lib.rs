@@ -14,7 +14,6 @@ mod quant;
 mod tensor;
 
 use infer_core::block_manager::BlockCopy;
-use infer_core::gguf::GgmlType;
 use infer_core::{
     AttentionParams, Backend, BatchInput, HostTensor, InferError, KvCacheSpec, PackedTensor,
     Result, RopeStyle,
@@ -23,7 +22,7 @@ use infer_core::{
 use kv_cache::copy_between;
 pub use kv_cache::CpuKvCache;
 pub use matmul::matmul;
-pub use qdot::{matmul_quantized, matmul_quantized_precise, Isa};
+pub use qdot::{matmul_quantized, Activations, Isa};
 use tensor::Storage;
 pub use tensor::{CpuBatch, CpuTensor};
 
@@ -61,11 +60,8 @@ pub(crate) fn shape_err(op: &str, detail: String) -> InferError {
     }
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` for a quantized `w [n, k]`.
-type QuantizedMatmul = fn(&[f32], &[u8], GgmlType, usize, usize, usize) -> Vec<f32>;
-
-/// `x · wᵀ`, quantized weights through `quantized` (8-bit or precise activations).
-fn matmul_with(x: &CpuTensor, w: &CpuTensor, quantized: QuantizedMatmul) -> Result<CpuTensor> {
+/// `x · wᵀ`; the integer path (types without f32 kernels) quantizes `x` to `activations`.
+fn matmul_with(x: &CpuTensor, w: &CpuTensor, activations: Activations) -> Result<CpuTensor> {
     let (m, k) = x.rows_cols();
     let (n, wk) = w.rows_cols();
     if k != wk {
@@ -80,7 +76,9 @@ fn matmul_with(x: &CpuTensor, w: &CpuTensor, quantized: QuantizedMatmul) -> Resu
         Storage::Packed { dtype, data } if quant::has_f32_kernels(*dtype) => {
             quant::matmul_packed(x, data, *dtype, m, k, n)
         }
-        Storage::Packed { dtype, data } => quantized(x, data, *dtype, m, k, n),
+        Storage::Packed { dtype, data } => {
+            qdot::matmul_quantized(activations, x, data, *dtype, m, k, n)
+        }
     };
     Ok(CpuTensor::new(vec![m, n], out))
 }
@@ -205,11 +203,11 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
-        matmul_with(x, w, qdot::matmul_quantized)
+        matmul_with(x, w, Activations::Int8)
     }
 
     fn matmul_logits(&self, x: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
-        matmul_with(x, w, qdot::matmul_quantized_precise)
+        matmul_with(x, w, Activations::Int16)
     }
 
     fn add_bias(&self, x: &mut CpuTensor, bias: &CpuTensor) -> Result<()> {

@@ -15,7 +15,7 @@ const QK: usize = 32;
 
 /// Every f16 as f32: one L2-resident load per block scale instead of a conversion call in the
 /// innermost loop (`half`'s runtime-dispatched conversion is not inlined there).
-fn f16_table() -> &'static [f32] {
+pub(crate) fn f16_table() -> &'static [f32] {
     static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
     TABLE.get_or_init(|| {
         (0..=u16::MAX)
@@ -242,8 +242,7 @@ pub fn matmul_packed(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    let (per_block, block_bytes) = dtype.block();
-    let row_bytes = k / per_block * block_bytes;
+    let row_bytes = dtype.row_bytes(k);
     debug_assert_eq!(w.len(), n * row_bytes);
     if m == 0 || n == 0 {
         return vec![0f32; m * n];
@@ -293,8 +292,7 @@ pub fn matmul_packed(
 
 /// Rows `rows` of a packed `[n, k]` matrix, as f32 (embedding lookup).
 pub fn gather_rows_packed(w: &[u8], dtype: GgmlType, k: usize, rows: &[u32]) -> Vec<f32> {
-    let (per_block, block_bytes) = dtype.block();
-    let row_bytes = k / per_block * block_bytes;
+    let row_bytes = dtype.row_bytes(k);
     let mut out = vec![0f32; rows.len() * k];
     for (o, &r) in out.chunks_exact_mut(k).zip(rows) {
         dtype.dequantize(&w[r as usize * row_bytes..(r as usize + 1) * row_bytes], o);

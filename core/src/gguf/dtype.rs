@@ -112,6 +112,12 @@ impl GgmlType {
         }
     }
 
+    /// Bytes of one row of `row_len` elements (a whole number of blocks).
+    pub fn row_bytes(self, row_len: usize) -> usize {
+        let (per_block, bytes) = self.block();
+        row_len / per_block * bytes
+    }
+
     /// Bytes of a tensor of `n_elems` whose rows have `row_len` elements; `None` when rows do not
     /// split into whole blocks.
     pub fn num_bytes(self, n_elems: usize, row_len: usize) -> Option<usize> {

@@ -39,8 +39,10 @@ thread_local! {
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` for a quantized `w [n, k]` (rows of whole blocks).
+/// `out [m, n] = x [m, k] · wᵀ` for a quantized `w [n, k]` (rows of whole blocks), on the
+/// integer path with `activations` up to `INT_MAX_M` rows, on f32 GEMM tiles above.
 pub fn matmul_quantized(
+    activations: Activations,
     x: &[f32],
     w: &[u8],
     dtype: GgmlType,
@@ -49,25 +51,7 @@ pub fn matmul_quantized(
     n: usize,
 ) -> Vec<f32> {
     if m <= INT_MAX_M {
-        matmul_integer(isa(), Activations::Int8, x, w, dtype, m, k, n)
-    } else {
-        matmul_dequantized(x, w, dtype, m, k, n)
-    }
-}
-
-/// Like `matmul_quantized`, with the activations to about 16 bits (two 8-bit planes): for the
-/// logits, where 8-bit activations move values by tenths (see the README) and flip greedy
-/// picks that the f32 path makes.
-pub fn matmul_quantized_precise(
-    x: &[f32],
-    w: &[u8],
-    dtype: GgmlType,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Vec<f32> {
-    if m <= INT_MAX_M {
-        matmul_integer(isa(), Activations::Int16, x, w, dtype, m, k, n)
+        matmul_integer(isa(), activations, x, w, dtype, m, k, n)
     } else {
         matmul_dequantized(x, w, dtype, m, k, n)
     }
@@ -75,10 +59,11 @@ pub fn matmul_quantized_precise(
 
 /// How finely the integer path quantizes activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Activations {
+pub enum Activations {
     /// One 8-bit plane (llama.cpp's choice).
     Int8,
-    /// An 8-bit plane and its 8-bit residual.
+    /// An 8-bit plane and its 8-bit residual (~16 bits): for the logits, where 8-bit
+    /// activations move values by tenths and flip greedy picks the f32 path makes.
     Int16,
 }
 
@@ -103,8 +88,7 @@ pub(crate) fn matmul_integer(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    let (per_block, block_bytes) = dtype.block();
-    let row_bytes = k / per_block * block_bytes;
+    let row_bytes = dtype.row_bytes(k);
     debug_assert_eq!(w.len(), n * row_bytes);
     if m == 0 || n == 0 {
         return vec![0f32; m * n];
@@ -318,8 +302,7 @@ fn expand_row(row: &UnpackedRow, signed: bool, out: &mut [f32]) {
 fn dequantize_rows(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
     #[inline(always)]
     fn body(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
-        let (per_block, block_bytes) = dtype.block();
-        let row_bytes = k / per_block * block_bytes;
+        let row_bytes = dtype.row_bytes(k);
         let signed = codes_of(dtype) == Codes::Signed;
         let mut row = ROW.take();
         for (w_row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(k)) {
@@ -350,8 +333,7 @@ fn matmul_dequantized(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    let (per_block, block_bytes) = dtype.block();
-    let row_bytes = k / per_block * block_bytes;
+    let row_bytes = dtype.row_bytes(k);
     by_column_tiles(m, n, 64, |c0, c1, part| {
         let width = c1 - c0;
         let mut w_f32 = TILE.take();
@@ -364,8 +346,7 @@ fn matmul_dequantized(
 
 /// Rows `rows` of a quantized `[n, k]` matrix, as f32 (embedding lookup).
 pub fn gather_rows_quantized(w: &[u8], dtype: GgmlType, k: usize, rows: &[u32]) -> Vec<f32> {
-    let (per_block, block_bytes) = dtype.block();
-    let row_bytes = k / per_block * block_bytes;
+    let row_bytes = dtype.row_bytes(k);
     let mut out = vec![0f32; rows.len() * k];
     for (o, &r) in out.chunks_exact_mut(k).zip(rows) {
         let r = r as usize;

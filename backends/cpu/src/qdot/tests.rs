@@ -143,7 +143,7 @@ fn many_rows_take_gemm_on_decoded_tiles() {
         let w = random_packed(dtype, n, k, &mut rng);
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform()).collect();
         let want = matmul(&x, &dequantized(dtype, &w, n, k), m, k, n);
-        let got = matmul_quantized(&x, &w, dtype, m, k, n);
+        let got = matmul_quantized(Activations::Int8, &x, &w, dtype, m, k, n);
         for (g, r) in got.iter().zip(&want) {
             assert!(
                 (g - r).abs() <= 1e-4 * (1.0 + r.abs()),

@@ -5,9 +5,9 @@
 //! decoded once per matmul and dotted with every activation row of the step, so batched decode
 //! pays the decoding once per weight, not once per row.
 
-use half::f16;
 use infer_core::gguf::{kquants, GgmlType};
-use std::sync::OnceLock;
+
+use crate::quant::f16_table;
 
 /// How a type's codes are read by the dot kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +35,6 @@ pub(crate) struct UnpackedRow {
     pub scales: Vec<f32>,
     /// One per 16 weights (unused for `Codes::Signed`).
     pub offsets: Vec<f32>,
-}
-
-/// Every f16 as f32: one cached load per block scale instead of a conversion call in the
-/// innermost loop (`half`'s runtime-dispatched conversion is not inlined there).
-fn f16_table() -> &'static [f32] {
-    static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|bits| f16::from_bits(bits).to_f32())
-            .collect()
-    })
 }
 
 struct Out<'a> {
