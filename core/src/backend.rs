@@ -207,6 +207,12 @@ pub trait Backend {
     fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
     /// `x [m, k] · wᵀ` for a linear weight `w [n, k]`: `[m, n]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `x · wᵢᵀ` for several weights that share the input (Q, K, V; gate, up): one call, so a
+    /// backend can run them as one pass (one parallel region on the CPU, where waking the
+    /// threads per matmul costs as much as a small decode matmul).
+    fn matmul_many(&self, x: &Self::Tensor, ws: &[&Self::Tensor]) -> Result<Vec<Self::Tensor>> {
+        ws.iter().map(|w| self.matmul(x, w)).collect()
+    }
     /// The vocabulary projection `x · lm_headᵀ`: `matmul`, except where a backend trades
     /// activation precision for speed in `matmul` (the CPU's 8-bit activations) and keeps the
     /// logits, which sampling reads directly, precise.

@@ -43,4 +43,4 @@ pub use model::LlamaModel;
 pub use sampling::SamplingParams;
 pub use scheduler::{PreemptionMode, SchedulerConfig};
 pub use tokenizer::{ChatMessage, Tokenizer};
-pub use weights::{HostTensor, PackedTensor, WeightSource};
+pub use weights::{HostTensor, PackedBytes, PackedTensor, WeightSource};

@@ -1,6 +1,10 @@
 //! Format-independent access to model weights: the forward asks for canonical weights, each
 //! file format maps them to its own tensor names and dequantizes to f32 on load.
 
+use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
 use crate::config::ModelConfig;
 use crate::error::{InferError, Result};
 use crate::gguf::GgmlType;
@@ -19,14 +23,75 @@ impl HostTensor {
     }
 }
 
-/// A block-quantized matrix kept as stored (GGUF Q4_0 / Q4_1 / Q8_0): row-major `[rows, cols]`,
-/// each row a whole number of 32-element blocks. Backends that compute on such blocks directly
-/// read 4-6x fewer bytes per token than from f32.
+/// A block-quantized matrix kept as stored (any GGUF quant type): row-major `[rows, cols]`,
+/// each row a whole number of blocks. Backends that compute on such blocks directly read 2-8x
+/// fewer bytes per token than from f32.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackedTensor {
     pub shape: Vec<usize>,
     pub dtype: GgmlType,
-    pub data: Vec<u8>,
+    pub data: PackedBytes,
+}
+
+/// A packed tensor's bytes, cheap to clone: a view into the memory-mapped model file where
+/// there is one, as llama.cpp does, so a backend that computes on them in host memory (the CPU)
+/// holds no copy: resident memory stays about the file's size and the page cache is shared
+/// between processes. Otherwise (files streamed in the browser, tests) the bytes are owned.
+#[derive(Clone)]
+pub struct PackedBytes(Bytes);
+
+#[derive(Clone)]
+enum Bytes {
+    Owned(Arc<[u8]>),
+    #[cfg(feature = "native")]
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        range: Range<usize>,
+    },
+}
+
+impl PackedBytes {
+    /// `range` of a mapped file (checked by the caller against the map's length).
+    #[cfg(feature = "native")]
+    pub(crate) fn mapped(map: Arc<memmap2::Mmap>, range: Range<usize>) -> Self {
+        debug_assert!(range.end <= map.len());
+        PackedBytes(Bytes::Mapped { map, range })
+    }
+
+    /// Whether the bytes are a view of a mapped file (no copy).
+    pub fn is_mapped(&self) -> bool {
+        !matches!(self.0, Bytes::Owned(_))
+    }
+}
+
+impl Deref for PackedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Bytes::Owned(b) => b,
+            #[cfg(feature = "native")]
+            Bytes::Mapped { map, range } => &map[range.clone()],
+        }
+    }
+}
+
+impl From<Vec<u8>> for PackedBytes {
+    fn from(v: Vec<u8>) -> Self {
+        PackedBytes(Bytes::Owned(v.into()))
+    }
+}
+
+impl PartialEq for PackedBytes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl fmt::Debug for PackedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.is_mapped() { "mapped" } else { "owned" };
+        write!(f, "PackedBytes({} bytes, {kind})", self.len())
+    }
 }
 
 impl PackedTensor {

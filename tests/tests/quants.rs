@@ -24,3 +24,17 @@ fn every_quant_type_dequantizes_like_ggml() {
         );
     }
 }
+
+#[test]
+fn packed_weights_are_views_of_the_mapped_file() {
+    let g = GgufFile::open(&fixtures_dir().join("quants.gguf")).unwrap();
+    for dtype in GgmlType::QUANTIZED {
+        let info = &g.tensors[&dtype.name().to_lowercase()];
+        let bytes = g.packed_bytes(info).unwrap();
+        // No copy: the CPU computes on the page cache, so resident memory stays the file's.
+        assert!(bytes.is_mapped(), "{}", dtype.name());
+        assert_eq!(&bytes[..], g.tensor_bytes(info).unwrap());
+        let clone = bytes.clone();
+        assert_eq!(clone.as_ptr(), bytes.as_ptr(), "clones share the view");
+    }
+}

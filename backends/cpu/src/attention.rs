@@ -79,21 +79,35 @@ pub fn paged_attention(
             o.iter_mut().for_each(|x| *x *= inv);
         });
 
-    // Long query runs: one task per (sequence, kv head) computes its whole group of heads.
-    let tasks: Vec<(usize, usize)> = (0..batch.num_seqs())
+    // Long query runs: one task per (sequence, kv head, tile of queries) computes the tile for
+    // the whole group of heads; scores are [tile, visible keys], never [queries, context].
+    let tasks: Vec<(usize, usize, usize)> = (0..batch.num_seqs())
         .filter(|&s| is_long(s))
-        .flat_map(|s| (0..p.num_kv_heads).map(move |g| (s, g)))
+        .flat_map(|s| {
+            let q_len = q_range(s).len();
+            (0..p.num_kv_heads)
+                .flat_map(move |g| (0..q_len).step_by(QUERY_TILE).map(move |r0| (s, g, r0)))
+        })
         .collect();
-    let results: Vec<(usize, usize, Vec<f32>)> = tasks
+    let results: Vec<(usize, usize, usize, Vec<f32>)> = tasks
         .into_par_iter()
-        .map(|(s, g)| (s, g, prefill_group(q, k_cache, v_cache, batch, p, s, g)))
+        .map(|(s, g, r0)| {
+            (
+                s,
+                g,
+                r0,
+                prefill_tile(q, k_cache, v_cache, batch, p, s, g, r0),
+            )
+        })
         .collect();
-    for (s, g, o) in results {
-        // `o` is [group, q_len, hd]; scatter into rows of `out`.
+    for (s, g, r0, o) in results {
+        // `o` is [group, tile rows, hd]; scatter into rows of `out`.
         let rows = q_range(s);
+        let tile = (rows.len() - r0).min(QUERY_TILE);
         for (i, h) in (g * group..(g + 1) * group).enumerate() {
-            for (r, t) in rows.clone().enumerate() {
-                let src = &o[(i * rows.len() + r) * hd..][..hd];
+            for r in 0..tile {
+                let t = rows.start + r0 + r;
+                let src = &o[(i * tile + r) * hd..][..hd];
                 out[t * heads * hd + h * hd..][..hd].copy_from_slice(src);
             }
         }
@@ -101,9 +115,16 @@ pub fn paged_attention(
     out
 }
 
-/// Attention of sequence `s`'s queries for the heads of kv head `g`, as GEMMs:
-/// `S = Q·Kᵀ`, causal softmax per row, `O = P·V`. Returns `[group, q_len, head_dim]`.
-fn prefill_group(
+/// Query rows per prefill attention task: bounds the score matrix to `QUERY_TILE` rows of the
+/// keys they see (an 8K prompt's tile holds 128 × 8K scores, not 8K × 8K). Tests use small
+/// tiles so their short runs span several.
+const QUERY_TILE: usize = if cfg!(test) { 5 } else { 128 };
+
+/// Attention of queries `r0..r0 + QUERY_TILE` (of sequence `s`'s run) for the heads of kv head
+/// `g`, as GEMMs over the keys the tile sees: `S = Q·Kᵀ`, causal softmax per row, `O = P·V`.
+/// Returns `[group, tile rows, head_dim]`.
+#[allow(clippy::too_many_arguments)]
+fn prefill_tile(
     q: &[f32],
     k_cache: &[f32],
     v_cache: &[f32],
@@ -111,6 +132,7 @@ fn prefill_group(
     p: &AttentionParams,
     s: usize,
     g: usize,
+    r0: usize,
 ) -> Vec<f32> {
     let (hd, heads) = (p.head_dim, p.num_heads);
     let group = heads / p.num_kv_heads;
@@ -120,30 +142,35 @@ fn prefill_group(
         batch.query_start[s] as usize,
         batch.query_start[s + 1] as usize,
     );
-    let (q_len, ctx) = (q1 - q0, batch.context_lens[s] as usize);
+    let q_len = q1 - q0;
+    let rows = (q_len - r0).min(QUERY_TILE);
+    // Query r of the run sits at position ctx - q_len + r and sees keys 0..=that: the tile's
+    // last row sees `keys`, no row more.
+    let past = batch.context_lens[s] as usize - q_len;
+    let keys = past + r0 + rows;
     let table = batch.block_table(s);
-    // K as [ctx, hd] and V transposed as [hd, ctx], gathered through the block table.
-    let mut k = vec![0f32; ctx * hd];
-    let mut vt = vec![0f32; hd * ctx];
-    for j in 0..ctx {
+    // K as [keys, hd] and V transposed as [hd, keys], gathered through the block table.
+    let mut k = vec![0f32; keys * hd];
+    let mut vt = vec![0f32; hd * keys];
+    for j in 0..keys {
         let at = (table[j / bs] as usize * bs + j % bs) * kv_dim + g * hd;
         k[j * hd..(j + 1) * hd].copy_from_slice(&k_cache[at..at + hd]);
         for (d, &x) in v_cache[at..at + hd].iter().enumerate() {
-            vt[d * ctx + j] = x;
+            vt[d * keys + j] = x;
         }
     }
-    let mut out = vec![0f32; group * q_len * hd];
-    let mut qh = vec![0f32; q_len * hd];
-    let mut scores = vec![0f32; q_len * ctx];
+    let mut out = vec![0f32; group * rows * hd];
+    let mut qh = vec![0f32; rows * hd];
+    let mut scores = vec![0f32; rows * keys];
     for i in 0..group {
         let h = g * group + i;
-        for (r, t) in (q0..q1).enumerate() {
+        for r in 0..rows {
+            let t = q0 + r0 + r;
             qh[r * hd..(r + 1) * hd].copy_from_slice(&q[t * heads * hd + h * hd..][..hd]);
         }
-        gemm_into(&qh, &k, q_len, hd, ctx, &mut scores, false);
-        for (r, row) in scores.chunks_exact_mut(ctx).enumerate() {
-            // Query r sits at position ctx - q_len + r and sees keys 0..=that.
-            let visible = ctx - q_len + r + 1;
+        gemm_into(&qh, &k, rows, hd, keys, &mut scores, false);
+        for (r, row) in scores.chunks_exact_mut(keys).enumerate() {
+            let visible = past + r0 + r + 1;
             let max = row[..visible]
                 .iter()
                 .fold(f32::NEG_INFINITY, |m, &x| m.max(x * p.scale));
@@ -159,10 +186,10 @@ fn prefill_group(
         gemm_into(
             &scores,
             &vt,
-            q_len,
-            ctx,
+            rows,
+            keys,
             hd,
-            &mut out[i * q_len * hd..(i + 1) * q_len * hd],
+            &mut out[i * rows * hd..(i + 1) * rows * hd],
             false,
         );
     }

@@ -206,6 +206,14 @@ impl Backend for CpuBackend {
         matmul_with(x, w, Activations::Int8)
     }
 
+    /// One parallel region for all of them: the threads wake once, not once per matmul.
+    fn matmul_many(&self, x: &CpuTensor, ws: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        use rayon::prelude::*;
+        ws.par_iter()
+            .map(|w| matmul_with(x, w, Activations::Int8))
+            .collect()
+    }
+
     fn matmul_logits(&self, x: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
         matmul_with(x, w, Activations::Int16)
     }

@@ -95,8 +95,17 @@ pub(crate) fn by_column_tiles(
     tile: usize,
     f: impl Fn(usize, usize, &mut [f32]) + Sync,
 ) -> Vec<f32> {
+    let tile = tile.max(1);
+    if m == 1 {
+        // One row: the tiles are disjoint slices of the output, filled in place.
+        let mut out = vec![0f32; n];
+        out.par_chunks_mut(tile)
+            .enumerate()
+            .for_each(|(t, part)| f(t * tile, t * tile + part.len(), part));
+        return out;
+    }
     let parts: Vec<(usize, Vec<f32>)> = (0..n)
-        .step_by(tile.max(1))
+        .step_by(tile)
         .collect::<Vec<_>>()
         .into_par_iter()
         .map(|c0| {

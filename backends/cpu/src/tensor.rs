@@ -1,17 +1,17 @@
 //! The CPU backend's tensor (f32 values or packed quantized blocks) and per-step batch.
 
 use infer_core::gguf::GgmlType;
-use infer_core::{BatchInput, DeviceTensor, Result};
+use infer_core::{BatchInput, DeviceTensor, PackedBytes, Result};
 
 use crate::shape_err;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Storage {
     F32(Vec<f32>),
-    /// Block-quantized rows as stored in GGUF.
+    /// Block-quantized rows as stored in GGUF (a view of the mapped file where there is one).
     Packed {
         dtype: GgmlType,
-        data: Vec<u8>,
+        data: PackedBytes,
     },
 }
 

@@ -191,7 +191,7 @@ impl WeightSource for GgufFile {
         Ok(Some(PackedTensor {
             shape: info.shape.clone(),
             dtype: info.dtype,
-            data: self.tensor_bytes(info)?.to_vec(),
+            data: self.packed_bytes(info)?,
         }))
     }
 }

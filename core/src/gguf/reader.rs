@@ -88,7 +88,7 @@ pub struct GgufTensorInfo {
 /// Where tensor bytes are read from.
 enum TensorData {
     #[cfg(feature = "native")]
-    Mapped(memmap2::Mmap),
+    Mapped(std::sync::Arc<memmap2::Mmap>),
     /// The file was parsed from its header: only tensors handed over with
     /// `GgufFile::keep_tensor` are readable (the browser streams the rest to the GPU).
     Streamed(BTreeMap<String, Vec<u8>>),
@@ -114,7 +114,7 @@ impl GgufFile {
         let len = mmap.len() as u64;
         match Self::parse(path, &mmap, len)? {
             Some(mut g) => {
-                g.data = TensorData::Mapped(mmap);
+                g.data = TensorData::Mapped(mmap.into());
                 Ok(g)
             }
             None => Err(InferError::Gguf {
@@ -290,6 +290,22 @@ impl GgufFile {
             file_len,
             data: TensorData::Streamed(BTreeMap::new()),
         })
+    }
+
+    /// A tensor's bytes to keep: a view of the mapped file (no copy), or a copy of the bytes
+    /// kept from a stream.
+    pub fn packed_bytes(&self, info: &GgufTensorInfo) -> Result<crate::weights::PackedBytes> {
+        match &self.data {
+            #[cfg(feature = "native")]
+            TensorData::Mapped(m) => {
+                self.tensor_bytes(info)?; // the same bounds and errors
+                Ok(crate::weights::PackedBytes::mapped(
+                    m.clone(),
+                    info.offset..info.offset + info.num_bytes,
+                ))
+            }
+            TensorData::Streamed(_) => Ok(self.tensor_bytes(info)?.to_vec().into()),
+        }
     }
 
     /// The raw bytes of a tensor (bounds were checked at open). A file parsed from its header

@@ -249,9 +249,8 @@ impl<B: Backend> LlamaModel<B> {
         let mut x = backend.embedding(&self.embed, &meta)?;
         for (i, l) in self.layers.iter().enumerate() {
             let h = backend.rms_norm(&x, &l.attn_norm, c.rms_norm_eps)?;
-            let mut q = backend.matmul(&h, &l.wq)?;
-            let mut k = backend.matmul(&h, &l.wk)?;
-            let mut v = backend.matmul(&h, &l.wv)?;
+            let [mut q, mut k, mut v] =
+                outputs(backend, backend.matmul_many(&h, &[&l.wq, &l.wk, &l.wv])?)?;
             if let Some((bq, bk, bv)) = &l.qkv_bias {
                 backend.add_bias(&mut q, bq)?;
                 backend.add_bias(&mut k, bk)?;
@@ -264,12 +263,27 @@ impl<B: Backend> LlamaModel<B> {
             backend.add_assign(&mut x, &backend.matmul(&a, &l.wo)?)?;
 
             let h = backend.rms_norm(&x, &l.ffn_norm, c.rms_norm_eps)?;
-            let act =
-                backend.silu_mul(&backend.matmul(&h, &l.gate)?, &backend.matmul(&h, &l.up)?)?;
+            let [gate, up] = outputs(backend, backend.matmul_many(&h, &[&l.gate, &l.up])?)?;
+            let act = backend.silu_mul(&gate, &up)?;
             backend.add_assign(&mut x, &backend.matmul(&act, &l.down)?)?;
         }
         let last = backend.gather_logit_rows(&x, &meta)?;
         let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
         backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))
     }
+}
+
+/// `matmul_many`'s outputs as an array of the count asked for.
+fn outputs<B: Backend, const N: usize>(
+    backend: &B,
+    outs: Vec<B::Tensor>,
+) -> Result<[B::Tensor; N]> {
+    let got = outs.len();
+    outs.try_into().map_err(|_| InferError::Backend {
+        backend: "model",
+        message: format!(
+            "{}: matmul_many gave {got} outputs for {N} weights",
+            backend.name()
+        ),
+    })
 }

@@ -13,6 +13,8 @@ pub(crate) struct Q8Rows {
     pub scales: Vec<f32>,
     /// One per 16 values: `scale * Σ code`, for the weights' per-16 offsets.
     pub sums: Vec<f32>,
+    /// One per 32 values: the two `sums` of its halves added (for per-32 offsets).
+    pub sums32: Vec<f32>,
 }
 
 impl Q8Rows {
@@ -25,6 +27,17 @@ impl Q8Rows {
         )
     }
 
+    /// `row(r)` and the row's per-32 sums.
+    pub fn row_with_sums32(&self, r: usize) -> (&[i8], &[f32], &[f32], &[f32]) {
+        let (codes, scales, sums) = self.row(r);
+        (
+            codes,
+            scales,
+            sums,
+            &self.sums32[r * self.k / 32..(r + 1) * self.k / 32],
+        )
+    }
+
     /// The scale of value `p` of a row's scales.
     #[cfg(test)]
     pub fn scale_of(scales: &[f32], p: usize) -> f32 {
@@ -32,14 +45,30 @@ impl Q8Rows {
     }
 }
 
-/// Quantizes the rows of `x` (`k` a multiple of 32) to nearest, ties away from zero.
+/// Quantizes the rows of `x` (`k` a multiple of 32) to nearest, ties to even.
 pub(crate) fn quantize_rows(x: &[f32], k: usize) -> Q8Rows {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn quantize_avx2(x: &[f32], k: usize) -> Q8Rows {
+        quantize(x, k)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe { quantize_avx2(x, k) };
+    }
+    quantize(x, k)
+}
+
+#[inline(always)]
+fn quantize(x: &[f32], k: usize) -> Q8Rows {
     debug_assert!(k.is_multiple_of(32) && x.len().is_multiple_of(k));
     let mut q = Q8Rows {
         k,
         codes: vec![0; x.len()],
         scales: vec![0.0; x.len() / 4],
         sums: vec![0.0; x.len() / 16],
+        sums32: vec![0.0; x.len() / 32],
     };
     for (g, (xs, codes)) in x
         .chunks_exact(16)
@@ -50,10 +79,13 @@ pub(crate) fn quantize_rows(x: &[f32], k: usize) -> Q8Rows {
         let scale = amax / 127.0;
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
         for (c, v) in codes.iter_mut().zip(xs) {
-            *c = (v * inv).round() as i8;
+            *c = (v * inv).round_ties_even() as i8;
         }
         q.scales[4 * g..4 * g + 4].fill(scale);
         q.sums[g] = scale * codes.iter().map(|&c| c as i32).sum::<i32>() as f32;
+    }
+    for (s32, s) in q.sums32.iter_mut().zip(q.sums.chunks_exact(2)) {
+        *s32 = s[0] + s[1];
     }
     q
 }

@@ -94,19 +94,19 @@ pub(crate) mod x86 {
     /// pairs cannot saturate i16 because |u| ≤ 128 and |s| ≤ 127.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn product_avx2(u: __m256i, s: __m256i) -> __m256i {
+    pub(crate) fn product_avx2(u: __m256i, s: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
     }
 
     #[target_feature(enable = "avx2,avxvnni")]
     #[inline]
-    fn product_avxvnni(u: __m256i, s: __m256i) -> __m256i {
+    pub(crate) fn product_avxvnni(u: __m256i, s: __m256i) -> __m256i {
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
     }
 
     #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
     #[inline]
-    fn product_avx512vnni(u: __m256i, s: __m256i) -> __m256i {
+    pub(crate) fn product_avx512vnni(u: __m256i, s: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
     }
 

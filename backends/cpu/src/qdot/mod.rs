@@ -1,12 +1,16 @@
 //! Matmul on quantized weights kept as stored (every GGUF quant type we read).
 //!
 //! Decode-sized batches (up to `INT_MAX_M` rows) take the integer path llama.cpp takes: the
-//! activation rows are quantized once to 8 bits (`activations`), each weight row is decoded
-//! once to codes and scales (`unpack`) and dotted with every activation row in integer
-//! arithmetic (`kernels`, dispatched on the CPU's features). Larger batches (prefill) decode
+//! activation rows are quantized once to 8 bits (`activations`) and each packed weight row is
+//! dotted with every activation row in integer arithmetic: on x86 the common types decode their
+//! blocks in registers inside the dot (`fused`); the rest, and other CPUs, decode the row once
+//! to codes and scales (`unpack`) for the generic kernels (`kernels`, dispatched on the CPU's
+//! features; the scalar one is the tests' reference). Larger batches (prefill) decode
 //! column tiles to f32 and hand them to GEMM, which is compute-bound there and exact in f32.
 
 mod activations;
+#[cfg(target_arch = "x86_64")]
+mod fused;
 mod kernels;
 #[cfg(test)]
 mod tests;
@@ -67,13 +71,13 @@ pub enum Activations {
     Int16,
 }
 
-struct Job<'a> {
-    dtype: GgmlType,
-    k: usize,
-    row_bytes: usize,
+pub(crate) struct Job<'a> {
+    pub dtype: GgmlType,
+    pub k: usize,
+    pub row_bytes: usize,
     /// The activations, one or two planes that sum to them.
-    planes: &'a [Q8Rows],
-    m: usize,
+    pub planes: &'a [Q8Rows],
+    pub m: usize,
 }
 
 /// The integer path on the kernels of `isa` (tests pick each one).
@@ -107,6 +111,17 @@ pub(crate) fn matmul_integer(
     let signed = codes_of(dtype) == Codes::Signed;
     by_column_tiles(m, n, streaming_tile(n), |c0, c1, part| {
         let w_tile = &w[c0 * row_bytes..c1 * row_bytes];
+        #[cfg(target_arch = "x86_64")]
+        if fused::has_fused(dtype) {
+            // SAFETY (all three arms): `Isa::detect` found the CPU features each tile needs
+            // (tests only pick ISAs from `Isa::available`); `w_tile` holds whole rows.
+            match isa {
+                Isa::Scalar => {}
+                Isa::Avx2 => return unsafe { fused::tile_avx2(&job, w_tile, part) },
+                Isa::AvxVnni => return unsafe { fused::tile_avxvnni(&job, w_tile, part) },
+                Isa::Avx512Vnni => return unsafe { fused::tile_avx512vnni(&job, w_tile, part) },
+            }
+        }
         let mut row = ROW.take();
         match (isa, signed) {
             (Isa::Scalar, false) => tile::<ScalarDot, false>(&job, w_tile, part, &mut row),
@@ -318,8 +333,15 @@ fn dequantize_rows(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
     }
     #[cfg(target_arch = "x86_64")]
     if isa() != Isa::Scalar {
-        // SAFETY: every ISA but `Scalar` implies AVX2 and FMA (`Isa::detect`).
-        return unsafe { body_avx2(dtype, w, k, out) };
+        // SAFETY: every ISA but `Scalar` implies AVX2 and FMA (`Isa::detect`); `w` holds
+        // whole rows of `k` weights and `out` room for them (callers' contract).
+        return unsafe {
+            if fused::has_fused(dtype) {
+                fused::dequantize_avx2(dtype, w, k, out)
+            } else {
+                body_avx2(dtype, w, k, out)
+            }
+        };
     }
     body(dtype, w, k, out)
 }
