@@ -2,7 +2,7 @@
 //! file format maps them to its own tensor names and dequantizes to f32 on load.
 
 use std::fmt;
-use std::ops::{Deref, Range};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::config::ModelConfig;
@@ -46,14 +46,14 @@ enum Bytes {
     #[cfg(feature = "native")]
     Mapped {
         map: Arc<memmap2::Mmap>,
-        range: Range<usize>,
+        range: std::ops::Range<usize>,
     },
 }
 
 impl PackedBytes {
     /// `range` of a mapped file (checked by the caller against the map's length).
     #[cfg(feature = "native")]
-    pub(crate) fn mapped(map: Arc<memmap2::Mmap>, range: Range<usize>) -> Self {
+    pub(crate) fn mapped(map: Arc<memmap2::Mmap>, range: std::ops::Range<usize>) -> Self {
         debug_assert!(range.end <= map.len());
         PackedBytes(Bytes::Mapped { map, range })
     }
