@@ -17,24 +17,17 @@ pub(crate) struct Q8Rows {
     pub sums32: Vec<f32>,
 }
 
+/// One activation row as the kernels read it: codes, 8-lane scales, per-16 and per-32 sums.
+pub(crate) type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32], &'a [f32]);
+
 impl Q8Rows {
-    pub fn row(&self, r: usize) -> (&[i8], &[f32], &[f32]) {
+    pub fn row(&self, r: usize) -> XRow<'_> {
         let k = self.k;
         (
             &self.codes[r * k..(r + 1) * k],
             &self.scales[r * k / 4..(r + 1) * k / 4],
             &self.sums[r * k / 16..(r + 1) * k / 16],
-        )
-    }
-
-    /// `row(r)` and the row's per-32 sums.
-    pub fn row_with_sums32(&self, r: usize) -> (&[i8], &[f32], &[f32], &[f32]) {
-        let (codes, scales, sums) = self.row(r);
-        (
-            codes,
-            scales,
-            sums,
-            &self.sums32[r * self.k / 32..(r + 1) * self.k / 32],
+            &self.sums32[r * k / 32..(r + 1) * k / 32],
         )
     }
 

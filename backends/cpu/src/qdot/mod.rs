@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use infer_core::gguf::GgmlType;
 
 use crate::matmul::{by_column_tiles, gemm_into, streaming_tile};
-use activations::{quantize_residual, quantize_rows, Q8Rows};
+use activations::{quantize_residual, quantize_rows, Q8Rows, XRow};
 use kernels::dot_scalar;
 pub use kernels::Isa;
 use unpack::{codes_of, unpack_row, Codes, UnpackedRow};
@@ -78,6 +78,8 @@ pub(crate) struct Job<'a> {
     /// The activations, one or two planes that sum to them.
     pub planes: &'a [Q8Rows],
     pub m: usize,
+    /// (output row, activation row) for every row of every plane, listed once per matmul.
+    pub rows: Vec<(usize, XRow<'a>)>,
 }
 
 /// The integer path on the kernels of `isa` (tests pick each one).
@@ -107,6 +109,9 @@ pub(crate) fn matmul_integer(
         row_bytes,
         planes: &planes,
         m,
+        rows: (0..m)
+            .flat_map(|r| planes.iter().map(move |x| (r, x.row(r))))
+            .collect(),
     };
     let signed = codes_of(dtype) == Codes::Signed;
     by_column_tiles(m, n, streaming_tile(n), |c0, c1, part| {

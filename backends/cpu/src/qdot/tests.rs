@@ -68,7 +68,7 @@ fn check_type(dtype: GgmlType, m: usize, k: usize, n: usize, seed: u64) {
         let got = matmul_integer(isa, Activations::Int8, &x, &w, dtype, m, k, n);
         let precise = matmul_integer(isa, Activations::Int16, &x, &w, dtype, m, k, n);
         for i in 0..m {
-            let (codes, scales, _) = xq.row(i);
+            let (codes, scales, _, _) = xq.row(i);
             let x_row = &x[i * k..(i + 1) * k];
             for j in 0..n {
                 let w_row = &w_f32[j * k..(j + 1) * k];

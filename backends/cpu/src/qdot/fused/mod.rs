@@ -1,0 +1,214 @@
+//! Fused x86 kernels: the packed blocks of the common types decoded in registers inside the dot
+//! product, as llama.cpp's `vec_dot_*` do, instead of through an `UnpackedRow` in memory (whose
+//! stores and reloads cost as much as the integer math saves). Each 32-weight chunk becomes 32
+//! byte codes and an 8-lane scale vector in the layout `kernels` uses, then meets up to four
+//! activation rows; the arithmetic is the scalar kernel's, so `tests` checks these against it.
+//! Q2_K, Q3_K and IQ4_XS stay on the unpacked path.
+
+mod decode;
+
+use std::arch::x86_64::*;
+
+use infer_core::gguf::GgmlType;
+
+use super::activations::XRow;
+use super::kernels::x86::{self, hsum};
+use super::Job;
+pub(crate) use decode::has_fused;
+use decode::{with_decoder, FusedType};
+
+/// Eight i32 lanes, lane i = Σ u[4i..4i+4] · s[4i..4i+4] (`u` unsigned, `s` signed bytes).
+pub(crate) trait Product {
+    /// # Safety
+    /// The CPU must have the implementation's features.
+    unsafe fn product(u: __m256i, s: __m256i) -> __m256i;
+}
+
+macro_rules! product {
+    ($name:ident, $f:ident) => {
+        pub(crate) struct $name;
+        impl Product for $name {
+            #[inline(always)]
+            unsafe fn product(u: __m256i, s: __m256i) -> __m256i {
+                // SAFETY: forwarded from the caller.
+                unsafe { x86::$f(u, s) }
+            }
+        }
+    };
+}
+product!(Avx2, product_avx2);
+product!(AvxVnni, product_avxvnni);
+product!(Avx512Vnni, product_avx512vnni);
+
+/// The dots of one packed weight row with the activation rows `rows`.
+///
+/// # Safety
+/// AVX2 and FMA, and `P`'s features, must be available; `w_row` holds as many weights as
+/// every row.
+#[inline(always)]
+pub(crate) unsafe fn dot_rows<T: FusedType, P: Product, const R: usize>(
+    w_row: &[u8],
+    rows: &[XRow; R],
+) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut offsets = [0f32; R];
+    // SAFETY: the caller's contract; the loads stay inside each activation row (`c` counts
+    // the row's 32-weight chunks, and each row holds 32 codes and 8 scales per chunk).
+    unsafe {
+        T::chunks(w_row, |c, chunk| {
+            debug_assert!(rows.iter().all(|r| r.0.len() >= 32 * c + 32));
+            let wu = if T::SIGNED {
+                _mm256_sign_epi8(chunk.codes, chunk.codes)
+            } else {
+                chunk.codes
+            };
+            for (r, (codes, scales, sums, sums32)) in rows.iter().enumerate() {
+                let xv = _mm256_loadu_si256(codes.as_ptr().add(32 * c).cast());
+                let xs = if T::SIGNED {
+                    _mm256_sign_epi8(xv, chunk.codes)
+                } else {
+                    xv
+                };
+                let p = _mm256_cvtepi32_ps(P::product(wu, xs));
+                let d = _mm256_mul_ps(chunk.scales, _mm256_loadu_ps(scales.as_ptr().add(8 * c)));
+                acc[r] = _mm256_fmadd_ps(p, d, acc[r]);
+                if !T::SIGNED && T::UNIFORM {
+                    offsets[r] = chunk.lo.mul_add(sums32[c], offsets[r]);
+                } else if !T::SIGNED {
+                    offsets[r] += chunk.lo * sums[2 * c] + chunk.hi * sums[2 * c + 1];
+                }
+            }
+        });
+        std::array::from_fn(|r| hsum(acc[r]) + offsets[r])
+    }
+}
+
+const PREFETCH_ROWS: usize = 2;
+
+/// Adds to `part [m, width]` the rows of `w_tile` dotted with every activation plane's rows
+/// (the planes of one output row add up), each weight row decoded once per four of them.
+///
+/// # Safety
+/// AVX2, FMA and `P`'s features; `w_tile` holds whole rows.
+#[inline(always)]
+unsafe fn tile<T: FusedType, P: Product>(job: &Job, w_tile: &[u8], part: &mut [f32]) {
+    let width = w_tile.len() / job.row_bytes;
+    for (j, w_row) in w_tile.chunks_exact(job.row_bytes).enumerate() {
+        // Weights stream from L3 or DRAM once per step: ask for a row ahead now.
+        let ahead = (j + PREFETCH_ROWS) * job.row_bytes;
+        if let Some(next) = w_tile.get(ahead..ahead + job.row_bytes) {
+            for line in next.chunks(64) {
+                // SAFETY: a hint on an in-bounds address.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+            }
+        }
+        for group in job.rows.chunks(4) {
+            macro_rules! run {
+                ($r:literal) => {{
+                    let xs: [XRow; $r] = std::array::from_fn(|i| group[i].1);
+                    // SAFETY: forwarded from the caller.
+                    let dots = unsafe { dot_rows::<T, P, $r>(w_row, &xs) };
+                    for ((out_row, _), v) in group.iter().zip(dots) {
+                        part[out_row * width + j] += v;
+                    }
+                }};
+            }
+            match group.len() {
+                4 => run!(4),
+                3 => run!(3),
+                2 => run!(2),
+                _ => run!(1),
+            }
+        }
+    }
+}
+
+/// The tile on `job.dtype`'s decoder.
+///
+/// # Safety
+/// AVX2, FMA and `P`'s features; `has_fused(job.dtype)`; `w_tile` holds whole rows.
+#[inline(always)]
+unsafe fn by_type<P: Product>(job: &Job, w_tile: &[u8], part: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    with_decoder!(job.dtype, T => unsafe { tile::<T, P>(job, w_tile, part) })
+        .unwrap_or_else(|| unreachable!("{} has no fused kernel", job.dtype.name()))
+}
+
+/// `by_type` compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `has_fused(job.dtype)`; `w_tile` holds whole rows.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn tile_avx2(job: &Job, w_tile: &[u8], part: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { by_type::<Avx2>(job, w_tile, part) }
+}
+
+/// `by_type` compiled for AVX-VNNI.
+///
+/// # Safety
+/// As `tile_avx2`, and the CPU must have AVX-VNNI.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(crate) unsafe fn tile_avxvnni(job: &Job, w_tile: &[u8], part: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { by_type::<AvxVnni>(job, w_tile, part) }
+}
+
+/// `by_type` compiled for AVX-512 VNNI on 256-bit registers.
+///
+/// # Safety
+/// As `tile_avx2`, and the CPU must have AVX-512 VNNI and VL.
+#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+pub(crate) unsafe fn tile_avx512vnni(job: &Job, w_tile: &[u8], part: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { by_type::<Avx512Vnni>(job, w_tile, part) }
+}
+
+/// Decodes packed rows (`k` weights each) to f32 through the fused chunk decoders.
+///
+/// # Safety
+/// AVX2 and FMA; `w` holds whole rows of `row_bytes` and `out` room for their `k` weights each.
+#[inline(always)]
+unsafe fn dequantize_as<T: FusedType>(w: &[u8], row_bytes: usize, k: usize, out: &mut [f32]) {
+    for (w_row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(k)) {
+        // SAFETY: the caller has AVX2 and FMA; each chunk `c` of the row writes o[32c..32c+32],
+        // inside the row's `k` outputs.
+        unsafe {
+            T::chunks(w_row, |c, chunk| {
+                debug_assert!(o.len() >= 32 * c + 32);
+                let mut bytes = [0u8; 32];
+                _mm256_storeu_si256(bytes.as_mut_ptr().cast(), chunk.codes);
+                for q in 0..4 {
+                    let b8 = _mm_loadl_epi64(bytes.as_ptr().add(8 * q).cast());
+                    let wide = if T::SIGNED {
+                        _mm256_cvtepi8_epi32(b8)
+                    } else {
+                        _mm256_cvtepu8_epi32(b8)
+                    };
+                    // Lanes 0..4 of `scales` hold the first 16 weights' scale, 4..8 the rest.
+                    let scale = if q < 2 {
+                        _mm256_permute2f128_ps(chunk.scales, chunk.scales, 0x00)
+                    } else {
+                        _mm256_permute2f128_ps(chunk.scales, chunk.scales, 0x11)
+                    };
+                    let offset = _mm256_set1_ps(if q < 2 { chunk.lo } else { chunk.hi });
+                    let v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(wide), scale, offset);
+                    _mm256_storeu_ps(o.as_mut_ptr().add(32 * c + 8 * q), v);
+                }
+            })
+        }
+    }
+}
+
+/// `dequantize_as` for `dtype`, compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `has_fused(dtype)`; `w` holds whole rows of `k` weights and
+/// `out` room for them.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dequantize_avx2(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
+    let row_bytes = dtype.row_bytes(k);
+    // SAFETY: forwarded from the caller.
+    with_decoder!(dtype, T => unsafe { dequantize_as::<T>(w, row_bytes, k, out) })
+        .unwrap_or_else(|| unreachable!("{} has no fused kernel", dtype.name()))
+}
