@@ -106,7 +106,12 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 
 /// SmolLM2 on the packed CPU backend, shareable by engines, with its tokenizer.
 pub fn smollm2_shared() -> (Arc<LlamaModel<CpuBackend>>, Arc<Tokenizer>) {
-    let files = open_model(&smollm2_path()).unwrap();
+    shared_model(&smollm2_path())
+}
+
+/// A model on the packed CPU backend, shareable by engines, with its tokenizer.
+pub fn shared_model(spec: &str) -> (Arc<LlamaModel<CpuBackend>>, Arc<Tokenizer>) {
+    let files = open_model(spec).unwrap_or_else(|e| panic!("opening {spec}: {e}"));
     let model = LlamaModel::load(
         &CpuBackend::new(),
         &files.config,
@@ -114,7 +119,7 @@ pub fn smollm2_shared() -> (Arc<LlamaModel<CpuBackend>>, Arc<Tokenizer>) {
         None,
         &mut |_, _| {},
     )
-    .unwrap();
+    .unwrap_or_else(|e| panic!("loading {spec}: {e}"));
     (Arc::new(model), Arc::new(files.tokenizer))
 }
 

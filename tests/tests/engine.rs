@@ -130,6 +130,35 @@ fn batched_greedy_outputs_equal_single_request_outputs_under_preemption() {
     }
 }
 
+/// A K-quant model (Q4_K and Q6_K: integer kernels for decode-sized batches, GEMM for larger
+/// ones) gives each request the same greedy tokens in a crowded batch as alone. Prompts of 1 to
+/// 40 tokens make some prefills small enough for the integer kernels when alone while batched
+/// steps put them into GEMM-sized ones, and back.
+#[test]
+fn a_k_quant_model_gives_the_same_tokens_batched_as_alone() {
+    let path = infer_tests::fixtures_dir().join("tiny/llama_q4_k_q6_k.gguf");
+    let (model, tokenizer) = infer_tests::shared_model(path.to_str().unwrap());
+    let s = Smol { model, tokenizer };
+    let vocab = s.model.config().vocab_size as u64;
+    let mut state = 7u64;
+    let work: Vec<_> = (0..24)
+        .map(|i| {
+            let ids = (0..1 + (i * 13) % 40)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    ((state >> 33) % vocab) as u32
+                })
+                .collect();
+            (ids, greedy(8 + (i * 5) % 17))
+        })
+        .collect();
+    let want = alone(&s, &work);
+    let (got, _) = together(&s, &work, PreemptionMode::Recompute);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "request {i} differs from its single-request run");
+    }
+}
+
 #[test]
 fn a_shared_prefix_is_served_from_the_cache_with_unchanged_output() {
     let s = smol();

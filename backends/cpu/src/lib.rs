@@ -60,8 +60,24 @@ pub(crate) fn shape_err(op: &str, detail: String) -> InferError {
     }
 }
 
-/// `x · wᵀ`; the integer path (types without f32 kernels) quantizes `x` to `activations`.
-fn matmul_with(x: &CpuTensor, w: &CpuTensor, activations: Activations) -> Result<CpuTensor> {
+/// How finely the integer path quantizes the hidden states' matmuls. Two 8-bit planes: with one
+/// (llama.cpp's choice) SmolLM2 loses its answers (see the README), and the tiny K-quant model's
+/// logits moved 0.1 from the float64 reference, where two planes keep within 1e-3.
+const HIDDEN_ACTIVATIONS: Activations = Activations::Int16;
+
+/// Whether matmuls with `w` read activations quantized by `qdot` (types without f32 kernels).
+fn reads_quantized(w: &CpuTensor) -> bool {
+    matches!(&w.storage, Storage::Packed { dtype, .. } if !quant::has_f32_kernels(*dtype))
+}
+
+/// `x · wᵀ`; the integer path (types without f32 kernels) quantizes `x` to `activations`, or
+/// reads `prepared`, the same quantization done once for several matmuls.
+fn matmul_with(
+    x: &CpuTensor,
+    w: &CpuTensor,
+    activations: Activations,
+    prepared: Option<&qdot::Prepared>,
+) -> Result<CpuTensor> {
     let (m, k) = x.rows_cols();
     let (n, wk) = w.rows_cols();
     if k != wk {
@@ -76,9 +92,10 @@ fn matmul_with(x: &CpuTensor, w: &CpuTensor, activations: Activations) -> Result
         Storage::Packed { dtype, data } if quant::has_f32_kernels(*dtype) => {
             quant::matmul_packed(x, data, *dtype, m, k, n)
         }
-        Storage::Packed { dtype, data } => {
-            qdot::matmul_quantized(activations, x, data, *dtype, m, k, n)
-        }
+        Storage::Packed { dtype, data } => match prepared {
+            Some(p) => qdot::matmul_prepared(p, data, *dtype, n),
+            None => qdot::matmul_quantized(activations, x, data, *dtype, m, k, n),
+        },
     };
     Ok(CpuTensor::new(vec![m, n], out))
 }
@@ -203,19 +220,31 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
-        matmul_with(x, w, Activations::Int8)
+        matmul_with(x, w, HIDDEN_ACTIVATIONS, None)
     }
 
-    /// One parallel region for all of them: the threads wake once, not once per matmul.
+    /// One parallel region for all of them, so the threads wake once, not once per matmul;
+    /// the activations are quantized once for all of them.
     fn matmul_many(&self, x: &CpuTensor, ws: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
         use rayon::prelude::*;
+        let prepared = if ws.iter().any(|w| reads_quantized(w)) {
+            let (m, k) = x.rows_cols();
+            Some(qdot::Prepared::new(
+                HIDDEN_ACTIVATIONS,
+                x.f32("matmul")?,
+                m,
+                k,
+            ))
+        } else {
+            None
+        };
         ws.par_iter()
-            .map(|w| matmul_with(x, w, Activations::Int8))
+            .map(|w| matmul_with(x, w, HIDDEN_ACTIVATIONS, prepared.as_ref()))
             .collect()
     }
 
     fn matmul_logits(&self, x: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
-        matmul_with(x, w, Activations::Int16)
+        matmul_with(x, w, Activations::Int16, None)
     }
 
     fn add_bias(&self, x: &mut CpuTensor, bias: &CpuTensor) -> Result<()> {

@@ -73,12 +73,39 @@ pub(crate) fn gemm_into(
 fn matmul_small_m(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     by_column_tiles(m, n, streaming_tile(n), |c0, c1, part| {
         let width = c1 - c0;
-        for (j, wrow) in w[c0 * k..c1 * k].chunks_exact(k).enumerate() {
+        let w_tile = &w[c0 * k..c1 * k];
+        for (j, wrow) in w_tile.chunks_exact(k).enumerate() {
+            prefetch_ahead(w_tile, j, k);
             for (i, xrow) in x.chunks_exact(k).enumerate() {
                 part[i * width + j] = dot(xrow, wrow);
             }
         }
     })
+}
+
+/// How many weight rows ahead of the one being dotted the streaming kernels ask the cache for.
+/// Weights stream from L3 or DRAM once per step, and the hardware prefetcher alone leaves the
+/// core waiting on them: on the 2-core Xeon of the README, SmolLM2 decode went from 81 to
+/// 104 tok/s (Q8_0) and from 103 to 116 tok/s (Q4_K_M) with this hint (2 rows: 109 on Q4_K_M).
+const PREFETCH_ROWS: usize = 4;
+
+/// Asks for weight row `j + PREFETCH_ROWS` of `rows` (rows of `row_len` elements), if there
+/// is one.
+#[inline(always)]
+pub(crate) fn prefetch_ahead<T>(rows: &[T], j: usize, row_len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let ahead = (j + PREFETCH_ROWS) * row_len;
+        if let Some(next) = rows.get(ahead..ahead + row_len) {
+            for line in next.chunks(64 / std::mem::size_of::<T>().max(1)) {
+                // SAFETY: a hint on an in-bounds address; SSE is part of x86-64.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (rows, j, row_len);
 }
 
 /// Output columns per task when each weight row is streamed once: wide enough to amortize

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use half::f16;
 use infer_core::gguf::GgmlType;
 
-use crate::matmul::{by_column_tiles, gemm_into, streaming_tile, SMALL_M};
+use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile, SMALL_M};
 
 const QK: usize = 32;
 
@@ -265,6 +265,7 @@ pub fn matmul_packed(
             let mut col = [0f32; SMALL_M];
             let col = &mut col[..m];
             for (j, w_row) in w_tile.chunks_exact(row_bytes).enumerate() {
+                prefetch_ahead(w_tile, j, row_bytes);
                 match dtype {
                     GgmlType::Q4_0 => dot_rows_dispatch::<Q4_0>(w_row, x, &x_sums, k, col),
                     GgmlType::Q4_1 => dot_rows_dispatch::<Q4_1>(w_row, x, &x_sums, k, col),

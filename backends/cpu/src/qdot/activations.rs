@@ -31,6 +31,20 @@ impl Q8Rows {
         )
     }
 
+    /// Adds the values the codes stand for (`scale * code`) to `out` (`m * k`).
+    #[cfg(test)]
+    pub fn add_to(&self, out: &mut [f32]) {
+        for ((o, c), s) in out
+            .chunks_exact_mut(16)
+            .zip(self.codes.chunks_exact(16))
+            .zip(self.scales.iter().step_by(4))
+        {
+            for (o, c) in o.iter_mut().zip(c) {
+                *o += *c as f32 * s;
+            }
+        }
+    }
+
     /// The scale of value `p` of a row's scales.
     #[cfg(test)]
     pub fn scale_of(scales: &[f32], p: usize) -> f32 {
@@ -93,4 +107,53 @@ pub(crate) fn quantize_residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
         .map(|(p, (v, c))| v - *c as f32 * q.scales[(p / 16) * 4])
         .collect();
     quantize_rows(&residual, q.k)
+}
+
+/// In place, every value replaced by what its quantization stands for: `scale * code` of
+/// `quantize_rows`, plus that of `quantize_residual` when `residual`. The same arithmetic in
+/// one pass with no codes kept, for the GEMM path, which must see what the integer kernels see.
+pub(crate) fn round_trip(x: &mut [f32], residual: bool) {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn round_trip_avx2(x: &mut [f32], residual: bool) {
+        round_trip_groups(x, residual)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        return unsafe { round_trip_avx2(x, residual) };
+    }
+    round_trip_groups(x, residual)
+}
+
+#[inline(always)]
+fn round_trip_groups(x: &mut [f32], residual: bool) {
+    debug_assert!(x.len().is_multiple_of(16));
+    /// One 16-value group to `scale * code` (as `quantize`); returns what it leaves.
+    #[inline(always)]
+    fn group(xs: &[f32; 16], out: &mut [f32; 16]) {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        for (o, v) in out.iter_mut().zip(xs) {
+            *o = (v * inv).round_ties_even() * scale;
+        }
+    }
+    for g in x.chunks_exact_mut(16) {
+        let g: &mut [f32; 16] = g.try_into().expect("16-value groups");
+        let mut q = [0f32; 16];
+        group(g, &mut q);
+        if residual {
+            let mut left = [0f32; 16];
+            for l in 0..16 {
+                left[l] = g[l] - q[l];
+            }
+            let mut r = [0f32; 16];
+            group(&left, &mut r);
+            for l in 0..16 {
+                q[l] += r[l];
+            }
+        }
+        *g = q;
+    }
 }

@@ -6,7 +6,8 @@
 //! blocks in registers inside the dot (`fused`); the rest, and other CPUs, decode the row once
 //! to codes and scales (`unpack`) for the generic kernels (`kernels`, dispatched on the CPU's
 //! features; the scalar one is the tests' reference). Larger batches (prefill) decode
-//! column tiles to f32 and hand them to GEMM, which is compute-bound there and exact in f32.
+//! column tiles to f32 and hand them to GEMM, which is compute-bound there, on the activations
+//! the integer kernels would see (`Prepared`), so results do not depend on the batch size.
 
 mod activations;
 #[cfg(target_arch = "x86_64")]
@@ -21,8 +22,8 @@ use std::sync::OnceLock;
 
 use infer_core::gguf::GgmlType;
 
-use crate::matmul::{by_column_tiles, gemm_into, streaming_tile};
-use activations::{quantize_residual, quantize_rows, Q8Rows, XRow};
+use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile};
+use activations::{quantize_residual, quantize_rows, round_trip, Q8Rows, XRow};
 use kernels::dot_scalar;
 pub use kernels::Isa;
 use unpack::{codes_of, unpack_row, Codes, UnpackedRow};
@@ -54,11 +55,69 @@ pub fn matmul_quantized(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    if m <= INT_MAX_M {
-        matmul_integer(isa(), activations, x, w, dtype, m, k, n)
-    } else {
-        matmul_dequantized(x, w, dtype, m, k, n)
+    matmul_prepared(&Prepared::new(activations, x, m, k), w, dtype, n)
+}
+
+/// Activations quantized once for any number of matmuls with the same input (QKV, gate/up).
+pub(crate) enum Prepared {
+    /// Up to `INT_MAX_M` rows: the 8-bit planes the integer kernels read.
+    Integer { planes: Vec<Q8Rows>, m: usize },
+    /// More rows: the values those planes stand for, back in f32, for GEMM. A token's result
+    /// then does not depend on how many rows share its matmul (up to f32 rounding), so batched
+    /// and single requests, and prefix-cache hits, give the same tokens.
+    Gemm { x: Vec<f32>, m: usize },
+}
+
+impl Prepared {
+    pub fn new(activations: Activations, x: &[f32], m: usize, k: usize) -> Self {
+        debug_assert_eq!(x.len(), m * k);
+        if m <= INT_MAX_M {
+            Prepared::Integer {
+                planes: planes_of(activations, x, k),
+                m,
+            }
+        } else {
+            Prepared::Gemm {
+                x: dequantized_activations(activations, x, k),
+                m,
+            }
+        }
     }
+
+    fn k(&self) -> usize {
+        match self {
+            Prepared::Integer { planes, .. } => planes[0].k,
+            Prepared::Gemm { x, m } => x.len() / m,
+        }
+    }
+}
+
+/// `out [m, n] = x · wᵀ` for prepared activations `x [m, k]` and a quantized `w [n, k]`.
+pub(crate) fn matmul_prepared(x: &Prepared, w: &[u8], dtype: GgmlType, n: usize) -> Vec<f32> {
+    let k = x.k();
+    match x {
+        Prepared::Integer { planes, m } => matmul_planes(isa(), planes, w, dtype, *m, k, n),
+        Prepared::Gemm { x, m } => matmul_dequantized(x, w, dtype, *m, k, n),
+    }
+}
+
+/// `x` quantized as `activations` says: one plane, or a plane and its residual.
+fn planes_of(activations: Activations, x: &[f32], k: usize) -> Vec<Q8Rows> {
+    let mut planes = vec![quantize_rows(x, k)];
+    if activations == Activations::Int16 {
+        planes.push(quantize_residual(x, &planes[0]));
+    }
+    planes
+}
+
+/// The values `planes_of` stands for (its planes added up), in parallel bands of rows: the
+/// same numbers, as quantization works on 16-value groups within a row.
+fn dequantized_activations(activations: Activations, x: &[f32], k: usize) -> Vec<f32> {
+    use rayon::prelude::*;
+    let mut out = x.to_vec();
+    out.par_chunks_mut(16 * k)
+        .for_each(|band| round_trip(band, activations == Activations::Int16));
+    out
 }
 
 /// How finely the integer path quantizes activations.
@@ -83,6 +142,7 @@ pub(crate) struct Job<'a> {
 }
 
 /// The integer path on the kernels of `isa` (tests pick each one).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_integer(
     isa: Isa,
@@ -94,20 +154,29 @@ pub(crate) fn matmul_integer(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
+    matmul_planes(isa, &planes_of(activations, x, k), w, dtype, m, k, n)
+}
+
+/// The integer path on activations already quantized to `planes`.
+fn matmul_planes(
+    isa: Isa,
+    planes: &[Q8Rows],
+    w: &[u8],
+    dtype: GgmlType,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
     let row_bytes = dtype.row_bytes(k);
     debug_assert_eq!(w.len(), n * row_bytes);
     if m == 0 || n == 0 {
         return vec![0f32; m * n];
     }
-    let mut planes = vec![quantize_rows(x, k)];
-    if activations == Activations::Int16 {
-        planes.push(quantize_residual(x, &planes[0]));
-    }
     let job = Job {
         dtype,
         k,
         row_bytes,
-        planes: &planes,
+        planes,
         m,
         rows: (0..m)
             .flat_map(|r| planes.iter().map(move |x| (r, x.row(r))))
@@ -182,6 +251,7 @@ fn tile<D: RowDot, const SIGNED: bool>(
 ) {
     let width = w_tile.len() / job.row_bytes;
     for (j, w_row) in w_tile.chunks_exact(job.row_bytes).enumerate() {
+        prefetch_ahead(w_tile, j, job.row_bytes);
         unpack_row(job.dtype, w_row, job.k, row);
         for x in job.planes {
             let mut r = 0;

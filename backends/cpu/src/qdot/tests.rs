@@ -8,7 +8,6 @@ use infer_core::gguf::GgmlType;
 use proptest::prelude::*;
 
 use super::*;
-use crate::matmul::matmul;
 
 /// Byte offsets of the f16 scales in each block (ggml-common.h), as scripts/quant_fixture.py.
 fn f16_fields(dtype: GgmlType) -> &'static [usize] {
@@ -135,21 +134,67 @@ fn decoded_rows_equal_ggml_dequantization() {
     }
 }
 
+/// The GEMM path's one-pass round trip gives exactly the values of the planes the integer
+/// kernels read, so the two paths differ only in how they sum.
 #[test]
-fn many_rows_take_gemm_on_decoded_tiles() {
-    for dtype in [GgmlType::Q4_1, GgmlType::Q4K, GgmlType::IQ4XS] {
-        let (m, k, n) = (INT_MAX_M + 3, 512, 70);
-        let mut rng = Rng(5);
-        let w = random_packed(dtype, n, k, &mut rng);
-        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform()).collect();
-        let want = matmul(&x, &dequantized(dtype, &w, n, k), m, k, n);
-        let got = matmul_quantized(Activations::Int8, &x, &w, dtype, m, k, n);
-        for (g, r) in got.iter().zip(&want) {
-            assert!(
-                (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
-                "{}: {g} vs {r}",
-                dtype.name()
-            );
+fn round_trip_equals_the_planes_added_up() {
+    let mut rng = Rng(11);
+    let k = 96;
+    // Mixed magnitudes, exact zeros and an all-zero group.
+    let mut x: Vec<f32> = (0..5 * k)
+        .map(|i| rng.uniform() * if i % 37 == 0 { 40.0 } else { 1.0 })
+        .collect();
+    x[16..32].fill(0.0);
+    x[50] = 0.0;
+    for activations in [Activations::Int8, Activations::Int16] {
+        let mut want = vec![0f32; x.len()];
+        for plane in planes_of(activations, &x, k) {
+            plane.add_to(&mut want);
+        }
+        let mut got = x.clone();
+        round_trip(&mut got, activations == Activations::Int16);
+        assert_eq!(got, want, "{activations:?}");
+        assert_ne!(got, x, "{activations:?}: quantization changes values");
+    }
+}
+
+/// Decode-sized batches take the integer kernels, prefill-sized ones GEMM on decoded tiles; both
+/// see the same 8-bit (or 16-bit) activations, so a row's result does not depend on the batch it
+/// came in beyond f32 rounding, far below the activation quantization error. (With f32
+/// activations on the GEMM side, batched and single requests of K-quant models gave different
+/// greedy tokens.)
+#[test]
+fn a_row_gets_the_same_result_alone_as_in_a_prefill_sized_batch() {
+    for dtype in [
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+        GgmlType::IQ4XS,
+    ] {
+        for activations in [Activations::Int8, Activations::Int16] {
+            let (m, k, n) = (INT_MAX_M + 3, 512, 70);
+            let mut rng = Rng(5);
+            let w = random_packed(dtype, n, k, &mut rng);
+            let w_f32 = dequantized(dtype, &w, n, k);
+            let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 3.0).collect();
+            let batch = matmul_quantized(activations, &x, &w, dtype, m, k, n);
+            for (i, x_row) in x.chunks_exact(k).enumerate() {
+                let alone = matmul_quantized(activations, x_row, &w, dtype, 1, k, n);
+                for (j, w_row) in w_f32.chunks_exact(k).enumerate() {
+                    let magnitude: f64 = x_row
+                        .iter()
+                        .zip(w_row)
+                        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                        .sum();
+                    let (b, a) = (batch[i * n + j], alone[j]);
+                    assert!(
+                        ((b - a) as f64).abs() <= 1e-5 * magnitude + 1e-6,
+                        "{} {activations:?} ({i},{j}): {b} in the batch, {a} alone",
+                        dtype.name()
+                    );
+                }
+            }
         }
     }
 }

@@ -14,6 +14,7 @@ use infer_core::gguf::GgmlType;
 use super::activations::XRow;
 use super::kernels::x86::{self, hsum};
 use super::Job;
+use crate::matmul::prefetch_ahead;
 pub(crate) use decode::has_fused;
 use decode::{with_decoder, FusedType};
 
@@ -83,8 +84,6 @@ pub(crate) unsafe fn dot_rows<T: FusedType, P: Product, const R: usize>(
     }
 }
 
-const PREFETCH_ROWS: usize = 2;
-
 /// Adds to `part [m, width]` the rows of `w_tile` dotted with every activation plane's rows
 /// (the planes of one output row add up), each weight row decoded once per four of them.
 ///
@@ -94,14 +93,7 @@ const PREFETCH_ROWS: usize = 2;
 unsafe fn tile<T: FusedType, P: Product>(job: &Job, w_tile: &[u8], part: &mut [f32]) {
     let width = w_tile.len() / job.row_bytes;
     for (j, w_row) in w_tile.chunks_exact(job.row_bytes).enumerate() {
-        // Weights stream from L3 or DRAM once per step: ask for a row ahead now.
-        let ahead = (j + PREFETCH_ROWS) * job.row_bytes;
-        if let Some(next) = w_tile.get(ahead..ahead + job.row_bytes) {
-            for line in next.chunks(64) {
-                // SAFETY: a hint on an in-bounds address.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
-            }
-        }
+        prefetch_ahead(w_tile, j, job.row_bytes);
         for group in job.rows.chunks(4) {
             macro_rules! run {
                 ($r:literal) => {{
