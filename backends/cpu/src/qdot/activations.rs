@@ -67,6 +67,14 @@ pub(crate) fn quantize_rows(x: &[f32], k: usize) -> Q8Rows {
     quantize(x, k)
 }
 
+/// A 16-value group's step (its largest magnitude maps to code 127) and the step's inverse.
+#[inline(always)]
+fn group_scale(xs: &[f32]) -> (f32, f32) {
+    let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let scale = amax / 127.0;
+    (scale, if scale > 0.0 { 1.0 / scale } else { 0.0 })
+}
+
 #[inline(always)]
 fn quantize(x: &[f32], k: usize) -> Q8Rows {
     debug_assert!(k.is_multiple_of(32) && x.len().is_multiple_of(k));
@@ -82,9 +90,7 @@ fn quantize(x: &[f32], k: usize) -> Q8Rows {
         .zip(q.codes.chunks_exact_mut(16))
         .enumerate()
     {
-        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let scale = amax / 127.0;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let (scale, inv) = group_scale(xs);
         for (c, v) in codes.iter_mut().zip(xs) {
             *c = (v * inv).round_ties_even() as i8;
         }
@@ -129,31 +135,28 @@ pub(crate) fn round_trip(x: &mut [f32], residual: bool) {
 #[inline(always)]
 fn round_trip_groups(x: &mut [f32], residual: bool) {
     debug_assert!(x.len().is_multiple_of(16));
-    /// One 16-value group to `scale * code` (as `quantize`); returns what it leaves.
+    /// One 16-value group to `scale * code`, as `quantize` codes it.
     #[inline(always)]
-    fn group(xs: &[f32; 16], out: &mut [f32; 16]) {
-        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let scale = amax / 127.0;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    fn group(xs: &[f32], out: &mut [f32; 16]) {
+        let (scale, inv) = group_scale(xs);
         for (o, v) in out.iter_mut().zip(xs) {
             *o = (v * inv).round_ties_even() * scale;
         }
     }
     for g in x.chunks_exact_mut(16) {
-        let g: &mut [f32; 16] = g.try_into().expect("16-value groups");
         let mut q = [0f32; 16];
         group(g, &mut q);
         if residual {
             let mut left = [0f32; 16];
-            for l in 0..16 {
-                left[l] = g[l] - q[l];
+            for ((l, v), q) in left.iter_mut().zip(g.iter()).zip(&q) {
+                *l = v - q;
             }
             let mut r = [0f32; 16];
             group(&left, &mut r);
-            for l in 0..16 {
-                q[l] += r[l];
+            for (q, r) in q.iter_mut().zip(&r) {
+                *q += r;
             }
         }
-        *g = q;
+        g.copy_from_slice(&q);
     }
 }

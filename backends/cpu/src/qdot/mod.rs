@@ -58,46 +58,41 @@ pub fn matmul_quantized(
     matmul_prepared(&Prepared::new(activations, x, m, k), w, dtype, n)
 }
 
-/// Activations quantized once for any number of matmuls with the same input (QKV, gate/up).
-pub(crate) enum Prepared {
+/// Activations `[m, k]` quantized once for any number of matmuls with the same input (QKV,
+/// gate/up).
+pub(crate) struct Prepared {
+    m: usize,
+    k: usize,
+    form: Form,
+}
+
+enum Form {
     /// Up to `INT_MAX_M` rows: the 8-bit planes the integer kernels read.
-    Integer { planes: Vec<Q8Rows>, m: usize },
+    Planes(Vec<Q8Rows>),
     /// More rows: the values those planes stand for, back in f32, for GEMM. A token's result
     /// then does not depend on how many rows share its matmul (up to f32 rounding), so batched
     /// and single requests, and prefix-cache hits, give the same tokens.
-    Gemm { x: Vec<f32>, m: usize },
+    Values(Vec<f32>),
 }
 
 impl Prepared {
     pub fn new(activations: Activations, x: &[f32], m: usize, k: usize) -> Self {
         debug_assert_eq!(x.len(), m * k);
-        if m <= INT_MAX_M {
-            Prepared::Integer {
-                planes: planes_of(activations, x, k),
-                m,
-            }
+        let form = if m <= INT_MAX_M {
+            Form::Planes(planes_of(activations, x, k))
         } else {
-            Prepared::Gemm {
-                x: dequantized_activations(activations, x, k),
-                m,
-            }
-        }
-    }
-
-    fn k(&self) -> usize {
-        match self {
-            Prepared::Integer { planes, .. } => planes[0].k,
-            Prepared::Gemm { x, m } => x.len() / m,
-        }
+            Form::Values(dequantized_activations(activations, x, k))
+        };
+        Prepared { m, k, form }
     }
 }
 
 /// `out [m, n] = x · wᵀ` for prepared activations `x [m, k]` and a quantized `w [n, k]`.
 pub(crate) fn matmul_prepared(x: &Prepared, w: &[u8], dtype: GgmlType, n: usize) -> Vec<f32> {
-    let k = x.k();
-    match x {
-        Prepared::Integer { planes, m } => matmul_planes(isa(), planes, w, dtype, *m, k, n),
-        Prepared::Gemm { x, m } => matmul_dequantized(x, w, dtype, *m, k, n),
+    let (m, k) = (x.m, x.k);
+    match &x.form {
+        Form::Planes(planes) => matmul_planes(isa(), planes, w, dtype, m, k, n),
+        Form::Values(values) => matmul_dequantized(values, w, dtype, m, k, n),
     }
 }
 
