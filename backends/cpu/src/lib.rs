@@ -3,9 +3,12 @@
 //! a GPU. By default quantized matrices (every GGUF quant type) stay packed as stored. Q4_0,
 //! Q4_1 and Q8_0 have f32 kernels that decode blocks inside the matmul (`quant`); the other
 //! types decode on the integer path on 8-bit activations and prefill on f32 tiles (`qdot`).
+//! Batched decode (2 to 64 rows) on AVX-512 CPUs takes register-blocked f32 kernels that decode
+//! the common block types in registers (`blocked`).
 //! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
 mod attention;
+mod blocked;
 mod kv_cache;
 mod matmul;
 mod ops;

@@ -1,8 +1,11 @@
 //! `out [m, n] = x [m, k] · wᵀ` for a row-major linear weight `w [n, k]`.
 //! Few rows (decode) are bound by reading `w`: each weight row is streamed once and dotted with
-//! every input row while it sits in L1. Many rows (prefill) go to the `gemm` crate.
+//! every input row while it sits in L1; with AVX-512, from two rows on, the register-blocked
+//! kernels of `blocked` take them. Many rows (prefill) go to the `gemm` crate.
 
 use rayon::prelude::*;
+
+use crate::blocked::{self, Weights};
 
 /// Up to this many rows use the streaming path; above it GEMM's blocking wins.
 pub(crate) const SMALL_M: usize = 8;
@@ -12,6 +15,9 @@ pub fn matmul(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     debug_assert_eq!(w.len(), n * k);
     if m == 0 || n == 0 {
         return vec![0f32; m * n];
+    }
+    if blocked::supports(Weights::F32(w), m, k) {
+        return blocked::matmul(x, Weights::F32(w), m, k, n);
     }
     if m <= SMALL_M {
         return matmul_small_m(x, w, m, k, n);

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use half::f16;
 use infer_core::gguf::GgmlType;
 
+use crate::blocked::{self, Weights};
 use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile, SMALL_M};
 
 const QK: usize = 32;
@@ -246,6 +247,10 @@ pub fn matmul_packed(
     debug_assert_eq!(w.len(), n * row_bytes);
     if m == 0 || n == 0 {
         return vec![0f32; m * n];
+    }
+    let weights = Weights::Packed(w, dtype);
+    if blocked::supports(weights, m, k) {
+        return blocked::matmul(x, weights, m, k, n);
     }
     // Few rows stream each weight row once through a block kernel (Q4_0/Q4_1/Q8_0); otherwise
     // each tile is decoded to f32 once and GEMM reuses it across rows (any block type).

@@ -1,13 +1,14 @@
 //! Matmul on quantized weights kept as stored (every GGUF quant type we read).
 //!
-//! Decode-sized batches (up to `INT_MAX_M` rows) take the integer path llama.cpp takes: the
-//! activation rows are quantized once to 8 bits (`activations`) and each packed weight row is
-//! dotted with every activation row in integer arithmetic: on x86 the common types decode their
-//! blocks in registers inside the dot (`fused`); the rest, and other CPUs, decode the row once
-//! to codes and scales (`unpack`) for the generic kernels (`kernels`, dispatched on the CPU's
-//! features; the scalar one is the tests' reference). Larger batches (prefill) decode
-//! column tiles to f32 and hand them to GEMM, which is compute-bound there, on the activations
-//! the integer kernels would see (`Prepared`), so results do not depend on the batch size.
+//! Single-row decode (up to `INT_MAX_M` rows on CPUs without AVX-512) takes the integer path
+//! llama.cpp takes: the activation rows are quantized once to 8 bits (`activations`) and each
+//! packed weight row is dotted with every activation row in integer arithmetic: on x86 the
+//! common types decode their blocks in registers inside the dot (`fused`); the rest, and other
+//! CPUs, decode the row once to codes and scales (`unpack`) for the generic kernels (`kernels`,
+//! dispatched on the CPU's features; the scalar one is the tests' reference). More rows go to
+//! f32 kernels (`blocked` for batched decode, GEMM on decoded tiles for prefill) on the
+//! activations the integer kernels would see (`Prepared`), so results do not depend on the
+//! batch size.
 
 mod activations;
 #[cfg(target_arch = "x86_64")]
@@ -22,15 +23,28 @@ use std::sync::OnceLock;
 
 use infer_core::gguf::GgmlType;
 
+use crate::blocked::{self, Weights};
 use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile};
 use activations::{quantize_residual, quantize_rows, round_trip, Q8Rows, XRow};
 use kernels::dot_scalar;
 pub use kernels::Isa;
 use unpack::{codes_of, unpack_row, Codes, UnpackedRow};
 
-/// Up to this many activation rows take the integer path. Above it the f32 GEMM's blocking
-/// wins (measured with `infer bench latency`, see the README).
+/// Up to this many activation rows take the integer path where the CPU lacks AVX-512. Above it
+/// the f32 GEMM's blocking wins (measured with `infer bench latency`, see the README).
 pub(crate) const INT_MAX_M: usize = 8;
+
+/// Rows up to which the integer path runs: with AVX-512 only one, as the register-blocked f32
+/// kernels (`blocked`) beat it from two rows (SmolLM2 Q4_K_M: 66 vs 58 tok/s per request at
+/// batch 2, 48 vs 32 at 4, 32 vs 17 at 8), and the integer kernels keep single-row decode
+/// (96 vs 75).
+fn integer_max_m() -> usize {
+    if blocked::available() {
+        1
+    } else {
+        INT_MAX_M
+    }
+}
 
 fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
@@ -45,7 +59,7 @@ thread_local! {
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` for a quantized `w [n, k]` (rows of whole blocks), on the
-/// integer path with `activations` up to `INT_MAX_M` rows, on f32 GEMM tiles above.
+/// integer path with `activations` up to `integer_max_m()` rows, on f32 kernels above.
 pub fn matmul_quantized(
     activations: Activations,
     x: &[f32],
@@ -67,7 +81,7 @@ pub(crate) struct Prepared {
 }
 
 enum Form {
-    /// Up to `INT_MAX_M` rows: the 8-bit planes the integer kernels read.
+    /// Up to `integer_max_m()` rows: the 8-bit planes the integer kernels read.
     Planes(Vec<Q8Rows>),
     /// More rows: the values those planes stand for, back in f32, for GEMM. A token's result
     /// then does not depend on how many rows share its matmul (up to f32 rounding), so batched
@@ -78,7 +92,7 @@ enum Form {
 impl Prepared {
     pub fn new(activations: Activations, x: &[f32], m: usize, k: usize) -> Self {
         debug_assert_eq!(x.len(), m * k);
-        let form = if m <= INT_MAX_M {
+        let form = if m <= integer_max_m() {
             Form::Planes(planes_of(activations, x, k))
         } else {
             Form::Values(dequantized_activations(activations, x, k))
@@ -425,13 +439,20 @@ fn matmul_dequantized(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
+    if blocked::supports(Weights::Packed(w, dtype), m, k) {
+        return blocked::matmul(x, Weights::Packed(w, dtype), m, k, n);
+    }
     let row_bytes = dtype.row_bytes(k);
     by_column_tiles(m, n, 64, |c0, c1, part| {
         let width = c1 - c0;
         let mut w_f32 = TILE.take();
         w_f32.resize(width * k, 0.0);
         dequantize_rows(dtype, &w[c0 * row_bytes..c1 * row_bytes], k, &mut w_f32);
-        gemm_into(x, &w_f32, m, k, width, part, false);
+        if blocked::supports(Weights::F32(&w_f32), m, k) {
+            blocked::into_part(x, Weights::F32(&w_f32), m, k, part);
+        } else {
+            gemm_into(x, &w_f32, m, k, width, part, false);
+        }
         TILE.set(w_f32);
     })
 }

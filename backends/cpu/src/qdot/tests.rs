@@ -158,13 +158,14 @@ fn round_trip_equals_the_planes_added_up() {
     }
 }
 
-/// Decode-sized batches take the integer kernels, prefill-sized ones GEMM on decoded tiles; both
+/// One row takes the integer kernels, batched decode the blocked f32 kernels (with AVX-512),
+/// prefill-sized batches GEMM on decoded tiles; all
 /// see the same 8-bit (or 16-bit) activations, so a row's result does not depend on the batch it
 /// came in beyond f32 rounding, far below the activation quantization error. (With f32
 /// activations on the GEMM side, batched and single requests of K-quant models gave different
 /// greedy tokens.)
 #[test]
-fn a_row_gets_the_same_result_alone_as_in_a_prefill_sized_batch() {
+fn a_row_gets_the_same_result_alone_as_in_a_batch() {
     for dtype in [
         GgmlType::Q4_1,
         GgmlType::Q5_0,
@@ -172,8 +173,13 @@ fn a_row_gets_the_same_result_alone_as_in_a_prefill_sized_batch() {
         GgmlType::Q6K,
         GgmlType::IQ4XS,
     ] {
-        for activations in [Activations::Int8, Activations::Int16] {
-            let (m, k, n) = (INT_MAX_M + 3, 512, 70);
+        for (activations, m) in [
+            (Activations::Int8, 3),
+            (Activations::Int8, INT_MAX_M + 3),
+            (Activations::Int16, 3),
+            (Activations::Int16, crate::blocked::BLOCKED_MAX_M + 5),
+        ] {
+            let (k, n) = (512, 70);
             let mut rng = Rng(5);
             let w = random_packed(dtype, n, k, &mut rng);
             let w_f32 = dequantized(dtype, &w, n, k);
