@@ -4,7 +4,9 @@
 use infer_core::{AttentionParams, BatchInput};
 use rayon::prelude::*;
 
-use crate::matmul::{dot, gemm_into};
+use crate::matmul::gemm_into;
+
+mod decode;
 
 /// Writes each token's K/V row at its slot.
 pub fn write_kv(cache: &mut [f32], rows: &[f32], slot_mapping: &[u32], kv_dim: usize) {
@@ -45,38 +47,26 @@ pub fn paged_attention(
     let mut out = vec![0f32; q.len()];
     let q_range = |s: usize| batch.query_start[s] as usize..batch.query_start[s + 1] as usize;
     let is_long = |s: usize| q_range(s).len() >= GEMM_MIN_QUERIES;
-    out.par_chunks_mut(hd)
+    // Decode-sized runs: one task per (token, KV head) for the group of query heads sharing it.
+    out.par_chunks_mut(group * hd)
         .enumerate()
-        .filter(|(idx, _)| !is_long(seq_of[idx / heads]))
+        .filter(|(idx, _)| !is_long(seq_of[idx / p.num_kv_heads]))
         .for_each_init(Vec::new, |scores, (idx, o)| {
-            let (t, h) = (idx / heads, idx % heads);
+            let (t, g) = (idx / p.num_kv_heads, idx % p.num_kv_heads);
             let s = seq_of[t];
             let q_end = batch.query_start[s + 1] as usize;
-            // This token sees the cache up to itself: later tokens of its chunk are masked.
-            let visible = batch.context_lens[s] as usize - (q_end - 1 - t);
-            let table = batch.block_table(s);
-            let qv = &q[t * heads * hd + h * hd..][..hd];
-            let kv_off = (h / group) * hd;
-            let slot = |j: usize| table[j / bs] as usize * bs + j % bs;
-            scores.clear();
-            scores.extend(
-                (0..visible)
-                    .map(|j| dot(qv, &k_cache[slot(j) * kv_dim + kv_off..][..hd]) * p.scale),
-            );
-            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut total = 0f32;
-            for x in scores.iter_mut() {
-                *x = (*x - max).exp();
-                total += *x;
-            }
-            for (j, &w) in scores.iter().enumerate() {
-                let v = &v_cache[slot(j) * kv_dim + kv_off..][..hd];
-                for (acc, &vv) in o.iter_mut().zip(v) {
-                    *acc += w * vv;
-                }
-            }
-            let inv = 1.0 / total;
-            o.iter_mut().for_each(|x| *x *= inv);
+            let keys = decode::Keys {
+                k_cache,
+                v_cache,
+                table: batch.block_table(s),
+                block_size: bs,
+                kv_dim,
+                kv_off: g * hd,
+                // This token sees the cache up to itself: later tokens of its run are masked.
+                visible: batch.context_lens[s] as usize - (q_end - 1 - t),
+            };
+            let qs = &q[t * heads * hd + g * group * hd..][..group * hd];
+            decode::attend(qs, &keys, hd, p.scale, scores, o);
         });
 
     // Long query runs: one task per (sequence, kv head, tile of queries) computes the tile for

@@ -108,8 +108,8 @@ const MR: usize = 8;
 #[cfg(target_arch = "x86_64")]
 const NR: usize = 3;
 
-/// Fills `part [m, w.len()]`, `NR` weight rows at a time (each decoded once per block for all
-/// rows of `x`), `MR` activation rows per kernel call.
+/// Fills `part [m, w.len()]`, `MR` activation rows by `NR` weight rows per kernel call (each
+/// weight block decoded once per call).
 ///
 /// # Safety
 /// The CPU must have AVX-512F.
@@ -136,24 +136,29 @@ unsafe fn tile<W: decode::Rows>(w: &W, x: &[f32], m: usize, k: usize, part: &mut
             }
         };
     }
-    let mut j = 0;
-    while j < width {
-        let nr = (width - j).min(NR);
-        for c in j..j + nr {
-            w.prefetch(c);
-        }
-        let mut r = 0;
-        while r < m {
-            let mr = (m - r).min(MR);
+    // Rows outermost: one group's activations (MR × k floats) stay in L1 while the tile's weight
+    // rows pass by; columns outermost streamed all m rows from L2 per weight row and ran 20 %
+    // slower at 32 rows.
+    let mut r = 0;
+    while r < m {
+        let mr = (m - r).min(MR);
+        let mut j = 0;
+        while j < width {
+            let nr = (width - j).min(NR);
+            if r == 0 {
+                for c in j..j + nr {
+                    w.prefetch(c);
+                }
+            }
             match nr {
                 1 => by_rows!(1, j, r, mr),
                 2 => by_rows!(2, j, r, mr),
                 3 => by_rows!(3, j, r, mr),
                 _ => by_rows!(NR, j, r, mr),
             }
-            r += mr;
+            j += nr;
         }
-        j += nr;
+        r += mr;
     }
 }
 

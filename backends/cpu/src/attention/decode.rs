@@ -1,0 +1,123 @@
+//! Decode attention: one query token against its sequence's cached keys, for the `group` query
+//! heads that share a KV head at once, so each key and value row is read from the cache once
+//! per group instead of once per head (SmolLM2: 3 heads per KV head).
+
+/// Where one token's attention reads: its sequence's keys through the block table.
+pub(super) struct Keys<'a> {
+    pub k_cache: &'a [f32],
+    pub v_cache: &'a [f32],
+    pub table: &'a [u32],
+    pub block_size: usize,
+    pub kv_dim: usize,
+    /// Offset of the KV head inside a cache row.
+    pub kv_off: usize,
+    /// Keys this token sees (its own included).
+    pub visible: usize,
+}
+
+impl Keys<'_> {
+    /// Where key (and value) `j` starts in the caches.
+    #[inline(always)]
+    fn at(&self, j: usize) -> usize {
+        let slot = self.table[j / self.block_size] as usize * self.block_size + j % self.block_size;
+        slot * self.kv_dim + self.kv_off
+    }
+}
+
+/// `out [group, hd]` = softmax(q·Kᵀ · scale) · V for the `group` queries `q [group, hd]`;
+/// `scores` is scratch.
+pub(super) fn attend(
+    q: &[f32],
+    keys: &Keys,
+    hd: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { attend_avx512(q, keys, hd, scale, scores, out) };
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            return unsafe { attend_avx2(q, keys, hd, scale, scores, out) };
+        }
+    }
+    attend_portable(q, keys, hd, scale, scores, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn attend_avx512(q: &[f32], keys: &Keys, hd: usize, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
+    attend_portable(q, keys, hd, scale, s, o)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn attend_avx2(q: &[f32], keys: &Keys, hd: usize, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
+    attend_portable(q, keys, hd, scale, s, o)
+}
+
+#[inline(always)]
+fn attend_portable(
+    q: &[f32],
+    keys: &Keys,
+    hd: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let group = q.len() / hd;
+    let n = keys.visible;
+    // Scores as [group, keys].
+    scores.clear();
+    scores.resize(group * n, 0.0);
+    for j in 0..n {
+        let k = &keys.k_cache[keys.at(j)..][..hd];
+        for (i, qi) in q.chunks_exact(hd).enumerate() {
+            scores[i * n + j] = dot16(qi, k) * scale;
+        }
+    }
+    for row in scores.chunks_exact_mut(n) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0f32;
+        for x in row.iter_mut() {
+            *x = (*x - max).exp();
+            total += *x;
+        }
+        let inv = 1.0 / total;
+        row.iter_mut().for_each(|x| *x *= inv);
+    }
+    out.fill(0.0);
+    for j in 0..n {
+        let v = &keys.v_cache[keys.at(j)..][..hd];
+        for (i, oi) in out.chunks_exact_mut(hd).enumerate() {
+            let w = scores[i * n + j];
+            for (acc, &vv) in oi.iter_mut().zip(v) {
+                *acc = w.mul_add(vv, *acc);
+            }
+        }
+    }
+}
+
+/// Dot product in 16 independent lanes, so it vectorizes without reassociating one sum.
+#[inline(always)]
+fn dot16(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
