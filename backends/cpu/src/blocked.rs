@@ -1,4 +1,4 @@
-//! Register-blocked matmul for batched decode (`SMALL_M` < m ≤ `BLOCKED_MAX_M` rows) on
+//! Register-blocked matmul for batched decode (2 ≤ m ≤ `BLOCKED_MAX_M` rows) on
 //! AVX-512: each 32-weight block of `NR` weight rows is decoded to f32 in registers once and
 //! multiplied with `MR` activation rows, accumulating `MR × NR` dot products in 16-lane
 //! registers. Weights are read straight from their packed (or f32) rows: nothing is decoded to
