@@ -188,7 +188,7 @@ fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 
 /// 32 independent lanes let the compiler vectorize without reassociating a single sum.
 #[inline(always)]
-fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     const LANES: usize = 32;
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));

@@ -2,6 +2,8 @@
 //! heads that share a KV head at once, so each key and value row is read from the cache once
 //! per group instead of once per head (SmolLM2: 3 heads per KV head).
 
+use crate::matmul::dot_portable;
+
 /// Where one token's attention reads: its sequence's keys through the block table.
 pub(super) struct Keys<'a> {
     pub k_cache: &'a [f32],
@@ -77,7 +79,7 @@ fn attend_portable(
     for j in 0..n {
         let k = &keys.k_cache[keys.at(j)..][..hd];
         for (i, qi) in q.chunks_exact(hd).enumerate() {
-            scores[i * n + j] = dot16(qi, k) * scale;
+            scores[i * n + j] = dot_portable(qi, k) * scale;
         }
     }
     for row in scores.chunks_exact_mut(n) {
@@ -100,24 +102,4 @@ fn attend_portable(
             }
         }
     }
-}
-
-/// Dot product in 16 independent lanes, so it vectorizes without reassociating one sum.
-#[inline(always)]
-fn dot16(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut acc = [0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
