@@ -78,6 +78,14 @@ impl CudaBackend {
         Ok(self.dev.stream.alloc_zeros::<f32>(n.max(1))?)
     }
 
+    /// An output buffer the op overwrites entirely before anything reads it: no memset.
+    pub(crate) fn output_f32(&self, n: usize) -> std::result::Result<CudaSlice<f32>, CudaError> {
+        self.count(n * 4);
+        // SAFETY: the caller's op writes all `n` elements before they are read; the
+        // allocation is stream-ordered on the stream the op runs on.
+        Ok(unsafe { self.dev.stream.alloc::<f32>(n.max(1)) }?)
+    }
+
     pub(crate) fn upload_u32(
         &self,
         data: &[u32],
@@ -109,16 +117,17 @@ impl CudaBackend {
         }
         // cuBLAS runs in the thread's current context (kernel launches bind it themselves).
         self.dev.ctx.bind_to_thread()?;
-        let mut out = self.zeros_f32(m * n)?;
         let xs = x.f32("matmul")?;
         let s = &self.dev.stream;
         if m == 0 || n == 0 || k == 0 {
             // Nothing to multiply (k = 0: the zero-filled output is the product).
             return Ok(CudaTensor {
-                storage: Storage::F32(out),
+                storage: Storage::F32(self.zeros_f32(m * n)?),
                 shape,
             });
         }
+        // beta = 0: cuBLAS writes every element of the output without reading it.
+        let mut out = self.output_f32(m * n)?;
         let dims = |v: usize| i32::try_from(v).map_err(|_| op_err("matmul", "dimension over i32"));
         let (mi, ni, ki) = (dims(m)?, dims(n)?, dims(k)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -126,7 +135,8 @@ impl CudaBackend {
         let mut x_half = None;
         if let Storage::F16(_) = &w.storage {
             self.count(m * k * 2);
-            let mut xh = s.alloc_zeros::<u16>(m * k)?;
+            // SAFETY: the cast below writes all m*k elements before the GEMM reads them.
+            let mut xh = unsafe { s.alloc::<u16>(m * k) }?;
             let len = u32_arg("matmul", m * k)?;
             let mut b = s.launch_builder(self.dev.function("cast_f32_f16")?);
             b.arg(xs).arg(&mut xh).arg(&len);

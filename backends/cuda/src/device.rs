@@ -60,6 +60,10 @@ impl Device {
             )));
         }
         let ctx = CudaContext::new(ordinal)?;
+        // SAFETY: every buffer is used on the one stream below (cuBLAS included), so stream
+        // order already serializes all reads and writes; cudarc's per-buffer events would only
+        // add two event creations and destructions to every allocation of every op.
+        unsafe { ctx.disable_event_tracking() };
         let name = ctx.name()?;
         let arch = ctx.compute_capability()?;
         let stream = ctx.default_stream();

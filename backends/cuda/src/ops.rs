@@ -174,7 +174,8 @@ impl Backend for CudaBackend {
             return Err(op_err("embedding", format!("token {t} >= vocab {vocab}")).into());
         }
         let n = batch.input.num_tokens();
-        let mut out = self.zeros_f32(n * hidden)?;
+        // Every element is written by the kernel below.
+        let mut out = self.output_f32(n * hidden)?;
         let h = u32_arg("embedding", hidden)?;
         let s = &self.dev.stream;
         match &table.storage {
@@ -206,7 +207,8 @@ impl Backend for CudaBackend {
             )
             .into());
         }
-        let mut out = self.zeros_f32(rows * cols)?;
+        // Every element is written by the kernel below.
+        let mut out = self.output_f32(rows * cols)?;
         let c = u32_arg("rms_norm", cols)?;
         let mut b = self
             .dev
@@ -273,7 +275,8 @@ impl Backend for CudaBackend {
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
         same_len("silu_mul", gate, up)?;
         let len = gate.len();
-        let mut out = self.zeros_f32(len)?;
+        // Every element is written by the kernel below.
+        let mut out = self.output_f32(len)?;
         let n = u32_arg("silu_mul", len)?;
         let mut b = self
             .dev
@@ -362,7 +365,8 @@ impl Backend for CudaBackend {
         if let Some(r) = idx.iter().find(|&&r| r as usize >= rows) {
             return Err(op_err("gather_logit_rows", format!("row {r} >= {rows}")).into());
         }
-        let mut out = self.zeros_f32(idx.len() * cols)?;
+        // Every element is written by the kernel below.
+        let mut out = self.output_f32(idx.len() * cols)?;
         let c = u32_arg("gather_logit_rows", cols)?;
         let mut b = self
             .dev
