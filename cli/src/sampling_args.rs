@@ -34,6 +34,11 @@ pub struct SamplingArgs {
     pub logit_bias: Vec<String>,
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Constrains the output (llguidance), as vLLM's `structured_outputs`: `{"json": SCHEMA}`,
+    /// `{"regex": "..."}`, `{"choice": ["a", "b"]}`, `{"grammar": "start: ..."}` (Lark) or
+    /// `"json_object"`.
+    #[arg(long, value_name = "JSON")]
+    pub structured_outputs: Option<String>,
     /// A string that ends generation (not included in the text); repeatable.
     #[arg(long)]
     pub stop: Vec<String>,
@@ -112,6 +117,12 @@ impl SamplingArgs {
             use_beam_search: beam,
             length_penalty: self.length_penalty,
             early_stopping: self.early_stopping,
+            structured_outputs: match &self.structured_outputs {
+                Some(s) => Some(serde_json::from_str(s).with_context(|| {
+                    format!("--structured-outputs `{s}`: expected {{\"json\": ...}}, {{\"regex\": ...}}, {{\"choice\": [...]}}, {{\"grammar\": ...}} or \"json_object\"")
+                })?),
+                None => None,
+            },
         };
         p.validate()?;
         Ok(p)

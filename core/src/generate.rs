@@ -162,6 +162,7 @@ impl<'a, B: Backend> Generator<'a, B> {
                     &[]
                 },
                 num_top: 0,
+                allowed: None,
             }])[0]
                 .samples[0]
                 .token;

@@ -27,12 +27,17 @@ pub async fn handle(state: Arc<ServerState>, req: ChatRequest) -> Response {
 }
 
 async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiError> {
-    let PreparedChat { prompt, params } = state.served().chat(&req)?;
+    let PreparedChat {
+        prompt,
+        params,
+        structured_param,
+    } = state.served().chat(&req)?;
     let reply = state.reply("chatcmpl");
     let events = state
         .engine
         .submit(reply.id.clone(), prompt, params.clone())
-        .await?;
+        .await
+        .map_err(|e| ApiError::from(e).structured_param(structured_param))?;
     if req.sampling.stream {
         let usage = req.sampling.include_usage();
         return Ok(sse_reply(chat_stream(

@@ -69,7 +69,8 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
             state
                 .engine
                 .submit(format!("{}-{i}", reply.id), p.clone(), params.clone())
-                .await?,
+                .await
+                .map_err(|e| ApiError::from(e).structured_param(prepared.structured_param))?,
         );
     }
     let n = params.n;

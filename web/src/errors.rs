@@ -38,6 +38,18 @@ impl ApiError {
         self
     }
 
+    /// The engine names structured-output errors `structured_outputs`; the client may have
+    /// used `response_format` or a `guided_*` field instead.
+    pub fn structured_param(mut self, used: Option<&'static str>) -> Self {
+        if let (Some(used), Some("structured_outputs")) = (used, self.param.as_deref()) {
+            self.message = self
+                .message
+                .replace("`structured_outputs`", &format!("`{used}`"));
+            self.param = Some(used.to_string());
+        }
+        self
+    }
+
     fn kind(&self) -> &'static str {
         match self.status {
             StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",

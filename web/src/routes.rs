@@ -57,22 +57,37 @@ pub fn routes(
     let version = warp::path!("version")
         .and(warp::get())
         .map(|| warp::reply::json(&json!({"version": env!("CARGO_PKG_VERSION")})).into_response());
+    let model_card = |s: &ServerState| {
+        json!({
+            "id": s.model_name,
+            "object": "model",
+            "created": s.started,
+            "owned_by": "infer",
+            "root": s.model_name,
+            "max_model_len": s.max_model_len,
+        })
+    };
     let models = warp::path!("v1" / "models")
         .and(warp::get())
         .and(with_state(state.clone()))
-        .map(|s: Arc<ServerState>| {
-            warp::reply::json(&json!({
-                "object": "list",
-                "data": [{
-                    "id": s.model_name,
-                    "object": "model",
-                    "created": s.started,
-                    "owned_by": "infer",
-                    "max_model_len": s.max_model_len,
-                }],
-            }))
-            .into_response()
+        .map(move |s: Arc<ServerState>| {
+            warp::reply::json(&json!({"object": "list", "data": [model_card(&s)]})).into_response()
         });
+    // Model ids may hold slashes (`org/name`): the rest of the path is the id.
+    let model = warp::path!("v1" / "models" / ..)
+        .and(warp::path::tail())
+        .and(warp::get())
+        .and(with_state(state.clone()))
+        .map(move |id: warp::path::Tail, s: Arc<ServerState>| {
+            match s.served().check_model(Some(id.as_str())) {
+                Ok(()) => warp::reply::json(&model_card(&s)).into_response(),
+                Err(e) => ApiError::from(e).into_response(),
+            }
+        });
+    let tokenizer_info = warp::path!("tokenizer_info")
+        .and(warp::get())
+        .and(with_state(state.clone()))
+        .map(|s: Arc<ServerState>| warp::reply::json(&s.served().tokenizer_info()).into_response());
     let completions = warp::path!("v1" / "completions")
         .and(warp::post())
         .and(with_state(state.clone()))
@@ -133,7 +148,15 @@ pub fn routes(
             include_str!("../static/style.css"),
             "text/css; charset=utf-8",
         ));
-    let v1 = auth(api_key).and(models.or(completions).unify().or(chat).unify());
+    let v1 = auth(api_key).and(
+        models
+            .or(model)
+            .unify()
+            .or(completions)
+            .unify()
+            .or(chat)
+            .unify(),
+    );
     let browser = crate::browser_page::routes(state.clone());
     health
         .or(version)
@@ -151,6 +174,8 @@ pub fn routes(
         .or(v1)
         .unify()
         .or(tokenize)
+        .unify()
+        .or(tokenizer_info)
         .unify()
         .or(detokenize)
         .unify()

@@ -69,14 +69,29 @@ fn models_tokenize_detokenize_health() {
     let (_, t) = post("/tokenize", &json!({"prompt": "Hello world"}));
     let (_, d) = post("/detokenize", &json!({"tokens": t["tokens"]}));
     assert_eq!(d["prompt"], "Hello world");
-    // A field /tokenize does not take is refused by name, not ignored.
+    // Chat messages are tokenized through the template; a prompt and messages together, or
+    // a field /tokenize does not take, are refused.
+    let (status, m) = post(
+        "/tokenize",
+        &json!({"messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    assert_eq!(status, 200, "{m}");
+    assert!(
+        m["count"].as_u64().unwrap() > t["count"].as_u64().unwrap(),
+        "{m}"
+    );
     let (status, e) = post(
         "/tokenize",
         &json!({"prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}]}),
     );
     assert_eq!(status, 400, "{e}");
+    let (status, e) = post("/tokenize", &json!({"prompt": "Hi", "return_tokens": true}));
+    assert_eq!(status, 400, "{e}");
     assert!(
-        e["error"]["message"].as_str().unwrap().contains("messages"),
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("return_tokens"),
         "{e}"
     );
     let (status, e) = post("/detokenize", &json!({"tokens": [99_999_999]}));
@@ -186,10 +201,17 @@ fn bad_requests_get_openai_error_bodies() {
             assert_eq!(v["error"]["param"], p, "{body} -> {v}");
         }
     }
-    // Unknown fields are ignored (clients send vendor extras).
-    let (status, _) = post(
+    // Unknown fields are refused by name (a silently ignored field is the worst outcome);
+    // the documented bookkeeping fields are accepted.
+    let (status, e) = post(
         "/v1/completions",
         &json!({"prompt": "x", "max_tokens": 1, "vendor_extra": {"a": 1}}),
+    );
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(e["error"]["param"], "vendor_extra", "{e}");
+    let (status, _) = post(
+        "/v1/completions",
+        &json!({"prompt": "x", "max_tokens": 1, "user": "u", "metadata": {"a": "b"}}),
     );
     assert_eq!(status, 200);
     // Invalid JSON, a missing / wrong key, a body over the limit.

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use infer_core::engine::testing::FixedLogitsExecutor;
+use infer_core::sampling::StructuredOutput;
 use infer_core::{
     open_model, Engine, EngineConfig, PreemptionMode, Prompt, SamplingParams, SchedulerConfig,
 };
@@ -44,6 +45,11 @@ pub struct OverheadArgs {
     /// Top logprobs per token (also tracks the cumulative logprob).
     #[arg(long)]
     pub logprobs: Option<usize>,
+    /// Constrain every sequence (needs `--model` for the tokenizer), as vLLM's
+    /// `structured_outputs`: the report adds the per-step time of the grammar masks. A
+    /// constraint random logits can complete ends sequences early, which the run refuses.
+    #[arg(long, value_name = "JSON")]
+    pub structured_outputs: Option<String>,
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
     #[arg(long)]
@@ -76,6 +82,12 @@ pub fn run(args: OverheadArgs) -> Result<()> {
             preemption_mode: PreemptionMode::Recompute,
         },
     };
+    let structured: Option<StructuredOutput> = match &args.structured_outputs {
+        Some(s) => {
+            Some(serde_json::from_str(s).with_context(|| format!("--structured-outputs `{s}`"))?)
+        }
+        None => None,
+    };
     let mut engine = Engine::new(FixedLogitsExecutor::new(vocab, 7), tokenizer, config)?;
     let mut rng = StdRng::seed_from_u64(0);
     for i in 0..args.num_seqs {
@@ -88,6 +100,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
             logprobs: args.logprobs,
             seed: Some(i as u64),
             ignore_eos: true,
+            structured_outputs: structured.clone(),
             ..Default::default()
         };
         engine.add_request(
@@ -107,6 +120,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
     }
     // Engine time = step wall time minus the executor's (copying fixed logits rows).
     let (mut micros, mut exec_micros, mut sample_micros) = (Vec::new(), Vec::new(), Vec::new());
+    let mut mask_micros = Vec::new();
     for _ in 0..args.steps {
         let t = Instant::now();
         let outs = engine.step()?;
@@ -115,6 +129,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
         micros.push((total.saturating_sub(exec)).as_secs_f64() * 1e6);
         exec_micros.push(exec.as_secs_f64() * 1e6);
         sample_micros.push(engine.stats().last_sample_time.as_secs_f64() * 1e6);
+        mask_micros.push(engine.stats().last_mask_time.as_secs_f64() * 1e6);
         if outs.len() != args.num_seqs {
             bail!(
                 "a step produced {} outputs for {} sequences",
@@ -136,6 +151,8 @@ pub fn run(args: OverheadArgs) -> Result<()> {
         "us_per_seq_p50": p50 / args.num_seqs as f64,
         "executor_us_per_step_p50": percentile(&exec_micros, 0.5),
         "sampler_us_per_step_p50": percentile(&sample_micros, 0.5),
+        "structured_outputs": args.structured_outputs,
+        "mask_us_per_step_p50": percentile(&mask_micros, 0.5),
         "top_p": args.top_p,
         "top_k": args.top_k,
         "repetition_penalty": args.repetition_penalty,
@@ -145,7 +162,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
         println!("{report}");
     } else {
         println!(
-            "engine overhead at {} sequences (vocab {vocab}, detokenizer {}, temperature {}): {:.0} µs/step p50 (mean {:.0}, p90 {:.0}), {:.2} µs per sequence; of which the sampler {:.0} µs; the fixed-logits executor took {:.0} µs/step more",
+            "engine overhead at {} sequences (vocab {vocab}, detokenizer {}, temperature {}): {:.0} µs/step p50 (mean {:.0}, p90 {:.0}), {:.2} µs per sequence; of which the sampler {:.0} µs and grammar masks {:.0} µs; the fixed-logits executor took {:.0} µs/step more",
             args.num_seqs,
             if args.model.is_some() { "on" } else { "off" },
             args.temperature,
@@ -154,6 +171,7 @@ pub fn run(args: OverheadArgs) -> Result<()> {
             percentile(&micros, 0.9),
             p50 / args.num_seqs as f64,
             percentile(&sample_micros, 0.5),
+            percentile(&mask_micros, 0.5),
             percentile(&exec_micros, 0.5)
         );
     }

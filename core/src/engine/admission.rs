@@ -1,6 +1,8 @@
 //! Admitting a request: validation against the engine's limits, its sequence in the
 //! scheduler, and its members (parallel samples, or the first beam).
 
+use std::sync::Arc;
+
 use web_time::Instant;
 
 use rand::rngs::StdRng;
@@ -9,7 +11,7 @@ use rand::SeedableRng;
 use super::request::{Member, Request};
 use super::{Engine, Executor, Prompt, RequestMetrics};
 use crate::error::{InferError, Result};
-use crate::sampling::{OutputText, SamplingParams};
+use crate::sampling::{GrammarCompiler, OutputText, SamplingParams};
 use crate::scheduler::SeqState;
 use crate::tokenizer::IncrementalDetokenizer;
 
@@ -32,6 +34,10 @@ impl<E: Executor> Engine<E> {
         }
         params.validate()?;
         self.check_request_limits(&params)?;
+        let grammar = match &params.structured_outputs {
+            Some(spec) => Some(self.grammar_compiler()?.compile(spec)?),
+            None => None,
+        };
         let tokens = match prompt.into() {
             Prompt::Tokens(t) => t,
             Prompt::Text(text) => match &self.tokenizer {
@@ -109,6 +115,7 @@ impl<E: Executor> Engine<E> {
                 cumulative_logprob: 0.0,
                 logprobs: Vec::new(),
                 finish: None,
+                grammar: grammar.clone(),
             })
             .collect();
         let num_prompt_tokens = tokens.len();
@@ -137,6 +144,24 @@ impl<E: Executor> Engine<E> {
         self.owners.insert(seq, seq);
         self.ids.insert(id, seq);
         Ok(())
+    }
+
+    /// The structured-output compiler over the engine's tokenizer, built on first use.
+    fn grammar_compiler(&mut self) -> Result<Arc<GrammarCompiler>> {
+        if let Some(g) = &self.grammars {
+            return Ok(g.clone());
+        }
+        let tokenizer = self.tokenizer.as_ref().ok_or_else(|| {
+            InferError::invalid(
+                crate::sampling::structured::PARAM,
+                "structured outputs need a tokenizer",
+            )
+        })?;
+        let started = Instant::now();
+        let g = Arc::new(GrammarCompiler::new(tokenizer, self.executor.vocab_size())?);
+        tracing::info!(elapsed = ?started.elapsed(), "structured-output token trie built");
+        self.grammars = Some(g.clone());
+        Ok(g)
     }
 
     /// Limits that depend on the engine: the vocabulary and the sequence cap.

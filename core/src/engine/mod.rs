@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, SeqId};
 use crate::error::{InferError, Result};
-use crate::sampling::SamplingParams;
+use crate::sampling::{GrammarCompiler, SamplingParams};
 use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
 use crate::tokenizer::Tokenizer;
 use web_time::Instant;
@@ -67,6 +67,9 @@ pub struct EngineStats {
     pub last_execute_time: Duration,
     /// Time the last step spent sampling (penalties, draws, logprobs).
     pub last_sample_time: Duration,
+    /// Time the last step spent computing structured-output masks (all constrained
+    /// sequences in parallel, before the draws).
+    pub last_mask_time: Duration,
     /// Block-table entries of the live sequences and the distinct device blocks behind them
     /// after the last step: the difference is what sharing (parallel samples, beams, prefixes)
     /// saves.
@@ -90,6 +93,8 @@ pub struct Engine<E: Executor> {
     next_seq: SeqId,
     eos_token_ids: Vec<u32>,
     stats: EngineStats,
+    /// Built at the first request with structured outputs (the token trie costs tens of ms).
+    grammars: Option<Arc<GrammarCompiler>>,
 }
 
 /// A step between its submission and its read-back.
@@ -134,6 +139,7 @@ impl<E: Executor> Engine<E> {
             ids: HashMap::new(),
             next_seq: 0,
             stats: EngineStats::default(),
+            grammars: None,
         })
     }
 

@@ -9,8 +9,12 @@ use super::sequences::{final_outputs, Ctx};
 use super::{Engine, Executor, RequestOutput, StepLogits, TokenLogprobs, TopLogprob};
 use crate::error::{InferError, Result};
 use crate::sampling::math::{log_sum_exp, top_n};
+use crate::sampling::structured::allowed_tokens;
 use crate::sampling::{sample_batch, Sample, SampledRow, SamplerRow};
 use crate::scheduler::ScheduledChunk;
+use llguidance::toktrie::SimpleVob;
+use llguidance::Matcher;
+use rayon::prelude::*;
 
 /// A logits row that samples, and what it belongs to.
 struct Job {
@@ -48,6 +52,7 @@ impl<E: Executor> Engine<E> {
             None => step.rows.len() / vocab.max(1),
         };
         let jobs = self.collect_jobs(chunks, &step.rows, num_rows, vocab, started)?;
+        let masks = self.grammar_masks(&jobs, vocab);
         let sampling = Instant::now();
         let sampled = match &step.argmax {
             Some(ids) => jobs
@@ -63,7 +68,7 @@ impl<E: Executor> Engine<E> {
                     })
                 })
                 .collect::<Result<Vec<_>>>()?,
-            None => self.sample_rows(&jobs, &mut step.rows, vocab)?,
+            None => self.sample_rows(&jobs, &masks, &mut step.rows, vocab)?,
         };
         self.stats.last_sample_time = sampling.elapsed();
         // Each request's rows, in the order its first row came.
@@ -88,16 +93,54 @@ impl<E: Executor> Engine<E> {
         Ok(outputs)
     }
 
+    /// Each job's structured-output mask (`None` for unconstrained rows), computed for all
+    /// constrained sequences in parallel: each matcher is taken out of its member, advanced
+    /// on a worker thread, and put back.
+    fn grammar_masks(&mut self, jobs: &[Job], vocab: usize) -> Vec<Option<SimpleVob>> {
+        let started = Instant::now();
+        let mut matchers: Vec<Option<Matcher>> = jobs
+            .iter()
+            .map(|j| {
+                let m = self.requests.get_mut(&j.key)?.members.get_mut(j.member)?;
+                m.grammar.take()
+            })
+            .collect();
+        if matchers.iter().all(Option::is_none) {
+            return vec![None; jobs.len()];
+        }
+        let masks: Vec<Option<SimpleVob>> = matchers
+            .par_iter_mut()
+            .map(|m| {
+                let m = m.as_mut()?;
+                // A failed matcher allows nothing: the row's draw ends the sequence, which
+                // `accept` reports as finished by the grammar.
+                Some(allowed_tokens(m).unwrap_or_else(|| SimpleVob::alloc(vocab)))
+            })
+            .collect();
+        for (j, m) in jobs.iter().zip(matchers) {
+            if let Some(member) = self
+                .requests
+                .get_mut(&j.key)
+                .and_then(|r| r.members.get_mut(j.member))
+            {
+                member.grammar = m;
+            }
+        }
+        self.stats.last_mask_time = started.elapsed();
+        masks
+    }
+
     /// The batch sampler over the jobs' logits rows.
     fn sample_rows(
         &self,
         jobs: &[Job],
+        masks: &[Option<SimpleVob>],
         logits: &mut [f32],
         vocab: usize,
     ) -> Result<Vec<SampledRow>> {
         let mut rows: Vec<Option<&mut [f32]>> = logits.chunks_mut(vocab).map(Some).collect();
         let mut batch = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (i, job) in jobs.iter().enumerate() {
             let req = &self.requests[&job.key];
             let m = &req.members[job.member];
             let seq = m.seq.and_then(|s| self.scheduler.seq(s));
@@ -120,6 +163,7 @@ impl<E: Executor> Engine<E> {
                     &[]
                 },
                 num_top: p.logprobs.unwrap_or(0).max(beam_top),
+                allowed: masks.get(i).and_then(Option::as_ref),
             });
         }
         Ok(sample_batch(&mut batch))

@@ -7,6 +7,8 @@ use web_time::Instant;
 use rand::rngs::StdRng;
 use serde::Serialize;
 
+use llguidance::Matcher;
+
 use crate::block_manager::SeqId;
 use crate::generate::FinishReason;
 use crate::sampling::{OutputText, SamplingParams};
@@ -161,6 +163,8 @@ pub(crate) struct Member {
     pub cumulative_logprob: f64,
     pub logprobs: Vec<TokenLogprobs>,
     pub finish: Option<(FinishReason, Option<StopReason>)>,
+    /// Structured outputs: where the output is in its grammar.
+    pub grammar: Option<Matcher>,
 }
 
 /// The engine's per-request state beside the scheduler's.

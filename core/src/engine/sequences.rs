@@ -118,6 +118,14 @@ impl Ctx<'_> {
                 }
             }
         }
+        if finish.is_none() {
+            if let Some(g) = &mut m.grammar {
+                // The grammar is complete (or the token broke it): the output ends here.
+                if g.consume_token(token).is_err() || g.is_stopped() {
+                    finish = Some((FinishReason::Stop, None));
+                }
+            }
+        }
         if finish.is_none() && req.prompt.len() + m.output.len() >= req.max_len {
             finish = Some((FinishReason::Length, None));
         }

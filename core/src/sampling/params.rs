@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::structured::StructuredOutput;
 use crate::error::{InferError, Result};
 
 /// Most top logprobs a request may ask for per token (OpenAI allows 20).
@@ -58,6 +59,8 @@ pub struct SamplingParams {
     /// Beam search ends as soon as `best_of` hypotheses are finished, instead of when no
     /// running beam can beat them any more.
     pub early_stopping: bool,
+    /// Constrains the output to a JSON schema, regex, choice or grammar (llguidance).
+    pub structured_outputs: Option<StructuredOutput>,
 }
 
 impl Default for SamplingParams {
@@ -85,6 +88,7 @@ impl Default for SamplingParams {
             use_beam_search: false,
             length_penalty: 1.0,
             early_stopping: false,
+            structured_outputs: None,
         }
     }
 }
@@ -118,6 +122,7 @@ impl SamplingParams {
             && self.prompt_logprobs.is_none()
             && !self.has_penalties()
             && self.logit_bias.is_empty()
+            && self.structured_outputs.is_none()
     }
 
     /// Whether the logits need any penalty pass.
@@ -140,6 +145,12 @@ impl SamplingParams {
 
     /// Checks ranges and combinations; the error names the parameter.
     pub fn validate(&self) -> Result<()> {
+        if self.use_beam_search && self.structured_outputs.is_some() {
+            return Err(InferError::invalid(
+                super::structured::PARAM,
+                "structured outputs are not supported with beam search",
+            ));
+        }
         if self.n == 0 {
             return Err(InferError::invalid("n", "must be at least 1"));
         }

@@ -1,6 +1,6 @@
 //! The batch sampler: one call per engine step over every row that samples. Each stage is one
 //! pass over the rows that need it (penalties, then bias and bans, then log-probabilities,
-//! then greedy or random draws), rows in parallel; no stage runs for a row that does not
+//! then the structured-output mask, then greedy or random draws), rows in parallel; no stage runs for a row that does not
 //! need it, so a greedy batch costs one max-and-find pass per row.
 //!
 //! Draws are inverse-CDF over the kept tokens with a uniform the caller supplies: a request's
@@ -14,6 +14,8 @@ use rayon::prelude::*;
 
 use super::math::{argmax, log_sum_exp, max, top_n};
 use super::params::SamplingParams;
+use super::structured::apply_mask;
+use llguidance::toktrie::SimpleVob;
 
 /// One logits row and what to do with it.
 pub struct SamplerRow<'a> {
@@ -29,6 +31,8 @@ pub struct SamplerRow<'a> {
     pub banned: &'a [u32],
     /// How many of the most likely tokens to report with their log-probabilities.
     pub num_top: usize,
+    /// Structured outputs: the only tokens that may come next.
+    pub allowed: Option<&'a SimpleVob>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,6 +58,11 @@ pub fn sample_batch(rows: &mut [SamplerRow]) -> Vec<SampledRow> {
     rows.par_iter_mut()
         .filter(|r| !r.params.logit_bias.is_empty() || !r.banned.is_empty())
         .for_each(|r| apply_bias_and_bans(r.logits, r.params, r.banned));
+    rows.par_iter_mut().for_each(|r| {
+        if let Some(allowed) = r.allowed {
+            apply_mask(r.logits, allowed);
+        }
+    });
     rows.par_iter()
         .map(|r| {
             let lse = (r.params.needs_logprobs() || r.num_top > 0).then(|| log_sum_exp(r.logits));

@@ -19,6 +19,7 @@ fn row<'a>(
         uniforms,
         banned: &[],
         num_top: 0,
+        allowed: None,
     }
 }
 
@@ -228,6 +229,7 @@ fn penalties_bias_and_bans_follow_their_formulas() {
     let out = sample_batch(&mut [SamplerRow {
         banned: &[1],
         num_top: 2,
+        allowed: None,
         ..row(&mut l, &p, &[0.0])
     }]);
     assert_eq!(l[..4], [1.0, f32::NEG_INFINITY, 0.0, 5.0]);

@@ -113,6 +113,20 @@ impl Tokenizer {
         self.inner.decode(ids, skip_special_tokens).map_err(tk_err)
     }
 
+    /// The BOS and EOS tokens' text, as `tokenizer_config.json` names them.
+    pub fn bos_token(&self) -> Option<&str> {
+        self.bos_token.as_deref()
+    }
+
+    pub fn eos_token(&self) -> Option<&str> {
+        self.eos_token.as_deref()
+    }
+
+    /// A token's text in the vocabulary (byte-level form for BPE vocabularies).
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
     pub fn eos_token_ids(&self) -> &[u32] {
         &self.eos_token_ids
     }

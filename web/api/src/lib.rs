@@ -5,6 +5,7 @@
 
 pub mod format;
 pub mod prepare;
+pub mod structured;
 pub mod types;
 
 pub use prepare::RequestError;

@@ -5,7 +5,8 @@
 use infer_core::{ChatMessage, InferError, SamplingParams, Tokenizer};
 
 use crate::types::{
-    ChatRequest, CompletionRequest, DetokenizeRequest, PromptInput, TokenizeRequest,
+    ChatMessageIn, ChatRequest, CompletionRequest, DetokenizeRequest, MessageContent, PromptInput,
+    SamplingFields, StructuredFields, TokenizeRequest, IGNORED_FIELDS,
 };
 
 /// A request that cannot be served, with the HTTP status OpenAI's API would answer.
@@ -99,15 +100,59 @@ pub struct Served<'a> {
 }
 
 impl Served<'_> {
-    /// vLLM's `/tokenize` reply: `{count, max_model_len, tokens}`.
+    /// vLLM's `/tokenize` reply: `{count, max_model_len, tokens}` (+ `token_strs`).
     pub fn tokenize(&self, req: &TokenizeRequest) -> Result<serde_json::Value, RequestError> {
         self.check_model(req.model.as_deref())?;
-        let tokens = self.tokenizer.encode(&req.prompt, req.add_special_tokens)?;
-        Ok(serde_json::json!({
+        let tokens = match (&req.prompt, &req.messages) {
+            (Some(prompt), None) => self
+                .tokenizer
+                .encode(prompt, req.add_special_tokens.unwrap_or(true))?,
+            (None, Some(messages)) => {
+                let messages = chat_messages(messages)?;
+                let text = self.render(
+                    &messages,
+                    req.add_generation_prompt,
+                    req.continue_final_message,
+                )?;
+                self.tokenizer
+                    .encode(&text, req.add_special_tokens.unwrap_or(false))?
+            }
+            _ => {
+                return Err(RequestError::bad_request(
+                    "send exactly one of `prompt` and `messages`",
+                )
+                .param("prompt"))
+            }
+        };
+        let mut reply = serde_json::json!({
             "count": tokens.len(),
             "max_model_len": self.max_model_len,
             "tokens": tokens,
-        }))
+        });
+        if req.return_token_strs {
+            let strs: Vec<Option<String>> = tokens
+                .iter()
+                .map(|&t| self.tokenizer.id_to_token(t))
+                .collect();
+            reply["token_strs"] = serde_json::json!(strs);
+        }
+        Ok(reply)
+    }
+
+    /// vLLM's `GET /tokenizer_info`: what a client needs to tokenize and template as the
+    /// server does (lm-evaluation-harness's remote tokenizer reads it).
+    pub fn tokenizer_info(&self) -> serde_json::Value {
+        let t = self.tokenizer;
+        serde_json::json!({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": t.bos_token(),
+            "eos_token": t.eos_token(),
+            "pad_token": null,
+            "chat_template": t.chat_template(),
+            "model_max_length": self.max_model_len,
+            "vocab_size": t.vocab_size(),
+            "eos_token_ids": t.eos_token_ids(),
+        })
     }
 
     /// vLLM's `/detokenize` reply: `{prompt}`; ids outside the vocabulary are a 400.
@@ -129,6 +174,8 @@ impl Served<'_> {
 pub struct PreparedCompletion {
     pub prompts: Vec<Vec<u32>>,
     pub params: SamplingParams,
+    /// The field that asked for structured outputs (engine errors about it name this).
+    pub structured_param: Option<&'static str>,
     /// `echo` with `max_tokens: 0`: score the prompt alone (the one generated token is dropped).
     pub prompt_only: bool,
 }
@@ -137,6 +184,51 @@ pub struct PreparedCompletion {
 pub struct PreparedChat {
     pub prompt: Vec<u32>,
     pub params: SamplingParams,
+    pub structured_param: Option<&'static str>,
+}
+
+/// A 400 naming the first field (in name order) that is neither known nor in `IGNORED_FIELDS`.
+pub fn check_extra_fields(
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), RequestError> {
+    let mut unknown: Vec<&String> = extra
+        .keys()
+        .filter(|k| !IGNORED_FIELDS.contains(&k.as_str()))
+        .collect();
+    unknown.sort();
+    match unknown.first() {
+        None => Ok(()),
+        Some(k) => Err(RequestError::bad_request(format!(
+            "unsupported parameter `{k}`: infer does not implement it, and ignoring it would change what you asked for"
+        ))
+        .param(k)),
+    }
+}
+
+/// Shared by both endpoints: unknown fields, the structured-output constraint and stream
+/// options this server does not implement.
+fn apply_common(
+    extra: &serde_json::Map<String, serde_json::Value>,
+    structured: &StructuredFields,
+    sampling: &SamplingFields,
+    params: &mut SamplingParams,
+) -> Result<Option<&'static str>, RequestError> {
+    check_extra_fields(extra)?;
+    if sampling
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.continuous_usage_stats)
+    {
+        return Err(RequestError::bad_request(
+            "`continuous_usage_stats` is not supported yet; use `include_usage` for usage on the last chunk",
+        )
+        .param("stream_options"));
+    }
+    let constraint = structured.constraint()?;
+    Ok(constraint.map(|(spec, param)| {
+        params.structured_outputs = Some(spec);
+        param
+    }))
 }
 
 impl Served<'_> {
@@ -215,6 +307,8 @@ impl Served<'_> {
         if req.echo && req.logprobs.is_some() {
             params.prompt_logprobs = req.logprobs;
         }
+        let structured_param =
+            apply_common(&req.extra, &req.structured, &req.sampling, &mut params)?;
         params.validate()?;
         for p in &prompts {
             self.check_length(p.len(), max_tokens)?;
@@ -222,6 +316,7 @@ impl Served<'_> {
         Ok(PreparedCompletion {
             prompts,
             params,
+            structured_param,
             prompt_only,
         })
     }
@@ -231,24 +326,93 @@ impl Served<'_> {
         if req.messages.is_empty() {
             return Err(RequestError::bad_request("`messages` is empty").param("messages"));
         }
-        let messages: Vec<ChatMessage> = req
-            .messages
-            .iter()
-            .map(|m| ChatMessage {
-                role: m.role.clone(),
-                content: m.content.clone().unwrap_or_default(),
-            })
-            .collect();
-        let text = self
-            .tokenizer
-            .apply_chat_template(&messages, req.add_generation_prompt.unwrap_or(true))?;
+        let messages = chat_messages(&req.messages)?;
+        let text = self.render(
+            &messages,
+            req.add_generation_prompt,
+            req.continue_final_message,
+        )?;
         // The rendered template already holds its special tokens.
         let prompt = self.tokenizer.encode(&text, false)?;
         let max_tokens = req.max_completion_tokens.or(req.max_tokens);
         let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
-        let params = req.sampling.to_params(max_tokens, logprobs)?;
+        let mut params = req.sampling.to_params(max_tokens, logprobs)?;
+        let structured_param =
+            apply_common(&req.extra, &req.structured, &req.sampling, &mut params)?;
         params.validate()?;
         self.check_length(prompt.len(), max_tokens)?;
-        Ok(PreparedChat { prompt, params })
+        Ok(PreparedChat {
+            prompt,
+            params,
+            structured_param,
+        })
     }
+
+    /// The prompt text: the template with a new assistant turn opened, or (vLLM's
+    /// `continue_final_message`) cut right after the last message so the reply continues it.
+    fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: Option<bool>,
+        continue_final_message: bool,
+    ) -> Result<String, RequestError> {
+        if !continue_final_message {
+            let open = add_generation_prompt.unwrap_or(true);
+            return Ok(self.tokenizer.apply_chat_template(messages, open)?);
+        }
+        if add_generation_prompt == Some(true) {
+            return Err(RequestError::bad_request(
+                "`continue_final_message` and `add_generation_prompt` cannot both be true",
+            )
+            .param("continue_final_message"));
+        }
+        let last = messages
+            .last()
+            .map(|m| m.content.as_str())
+            .unwrap_or_default();
+        let text = self.tokenizer.apply_chat_template(messages, false)?;
+        match text.rfind(last) {
+            Some(at) if !last.is_empty() => Ok(text[..at + last.len()].to_string()),
+            _ => Err(RequestError::bad_request(
+                "`continue_final_message` needs a last message with content the template keeps",
+            )
+            .param("continue_final_message")),
+        }
+    }
+}
+
+/// Messages as the template takes them: text parts joined by newlines (as vLLM does); parts
+/// of other types are refused, naming where they are.
+pub fn chat_messages(messages: &[ChatMessageIn]) -> Result<Vec<ChatMessage>, RequestError> {
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let content = match &m.content {
+            None => String::new(),
+            Some(MessageContent::Text(t)) => t.clone(),
+            Some(MessageContent::Parts(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (j, p) in parts.iter().enumerate() {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => texts.push(t.as_str()),
+                        ("text", None) => {
+                            return Err(RequestError::bad_request("a text part has no `text`")
+                                .param(&format!("messages[{i}].content[{j}].text")))
+                        }
+                        (kind, _) => {
+                            return Err(RequestError::bad_request(format!(
+                                "content parts of type `{kind}` are not supported: the served model takes text only"
+                            ))
+                            .param(&format!("messages[{i}].content[{j}].type")))
+                        }
+                    }
+                }
+                texts.join("\n")
+            }
+        };
+        out.push(ChatMessage {
+            role: m.role.clone(),
+            content,
+        });
+    }
+    Ok(out)
 }

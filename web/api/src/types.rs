@@ -1,10 +1,13 @@
 //! OpenAI's request and response bodies (the fields vLLM's server accepts, vLLM's extras
-//! included). Unknown request fields are ignored: clients send vendor extras.
+//! included). A field we do not know is refused by name (`prepare::check_extra_fields`), except
+//! the few listed in `IGNORED_FIELDS`, which change nothing about the output.
 
 use std::collections::HashMap;
 
 use infer_core::{InferError, SamplingParams};
 use serde::{Deserialize, Serialize};
+
+pub use crate::structured::StructuredFields;
 
 /// `prompt` of `/v1/completions`: a string, strings, token ids or lists of token ids.
 #[derive(Debug, Clone, Deserialize)]
@@ -33,10 +36,25 @@ impl StopInput {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
+    /// vLLM: usage on every chunk, not only on the last.
+    #[serde(default)]
+    pub continuous_usage_stats: bool,
 }
+
+/// Request fields accepted and ignored: bookkeeping for OpenAI's platform that changes nothing
+/// in the output (`user`, `store`, `metadata`, `service_tier`), and vLLM's choice of
+/// structured-output backend (there is one here, llguidance).
+pub const IGNORED_FIELDS: &[&str] = &[
+    "user",
+    "store",
+    "metadata",
+    "service_tier",
+    "guided_decoding_backend",
+];
 
 /// The sampling fields shared by completions and chat completions.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -62,7 +80,6 @@ pub struct SamplingFields {
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
-    pub user: Option<String>,
 }
 
 impl SamplingFields {
@@ -135,13 +152,39 @@ pub struct CompletionRequest {
     pub echo: bool,
     #[serde(flatten)]
     pub sampling: SamplingFields,
+    #[serde(flatten)]
+    pub structured: StructuredFields,
+    /// Every field not named above (checked against `IGNORED_FIELDS`).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A message's `content`: a string, or OpenAI's list of parts.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of a message's content (`{"type": "text", "text": ...}`; other types are refused).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChatMessageIn {
     pub role: String,
     #[serde(default)]
-    pub content: Option<String>,
+    pub content: Option<MessageContent>,
+    /// A participant's name: accepted, not shown to the model (as vLLM with most templates).
+    #[serde(default, skip_serializing)]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -154,8 +197,16 @@ pub struct ChatRequest {
     pub logprobs: bool,
     pub top_logprobs: Option<usize>,
     pub add_generation_prompt: Option<bool>,
+    /// vLLM: the reply continues the last (assistant) message instead of starting a new one.
+    #[serde(default)]
+    pub continue_final_message: bool,
     #[serde(flatten)]
     pub sampling: SamplingFields,
+    #[serde(flatten)]
+    pub structured: StructuredFields,
+    /// Every field not named above (checked against `IGNORED_FIELDS`).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -190,21 +241,29 @@ pub struct ErrorDetail {
     pub code: Option<String>,
 }
 
-/// vLLM's `POST /tokenize` body (also `engine.tokenize` in the browser). Fields it does not
-/// take (vLLM's `messages`, `return_token_strs`) are refused by name, not ignored.
+/// vLLM's `POST /tokenize` body (also `engine.tokenize` in the browser): a `prompt`, or chat
+/// `messages` rendered with the model's template. Other fields are refused by name.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenizeRequest {
     /// Checked against the served model when given.
     #[serde(default)]
     pub model: Option<String>,
-    pub prompt: String,
-    #[serde(default = "default_true")]
-    pub add_special_tokens: bool,
-}
-
-fn default_true() -> bool {
-    true
+    #[serde(default)]
+    pub prompt: Option<String>,
+    #[serde(default)]
+    pub messages: Option<Vec<ChatMessageIn>>,
+    /// Default: true for a prompt, false for messages (the template holds them), as vLLM.
+    #[serde(default)]
+    pub add_special_tokens: Option<bool>,
+    /// Messages only (default true).
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
+    #[serde(default)]
+    pub continue_final_message: bool,
+    /// Also return each token's text in the vocabulary.
+    #[serde(default)]
+    pub return_token_strs: bool,
 }
 
 /// vLLM's `POST /detokenize` body.

@@ -158,7 +158,7 @@ impl Session {
         let (reply, kind, prompts, params, stream, include_usage) = match endpoint {
             "chat" => {
                 let req: ChatRequest = serde_json::from_str(body).map_err(body_error)?;
-                let PreparedChat { prompt, params } = self.served().chat(&req)?;
+                let PreparedChat { prompt, params, .. } = self.served().chat(&req)?;
                 let usage = req.sampling.include_usage();
                 let reply = self.reply("chatcmpl");
                 (

@@ -154,16 +154,20 @@ fn tokenize_and_detokenize_answer_like_the_server() {
         .tokenizer_call("tokenize", &json!({"text": "x"}).to_string())
         .unwrap_err();
     assert_eq!(e.status, 400, "{e}");
-    let e = session
+    let r = session
         .tokenizer_call(
             "tokenize",
             &json!({"prompt": "x", "return_token_strs": true}).to_string(),
         )
+        .unwrap();
+    assert_eq!(r["token_strs"], json!(["x"]));
+    let e = session
+        .tokenizer_call(
+            "tokenize",
+            &json!({"prompt": "x", "strs": true}).to_string(),
+        )
         .unwrap_err();
-    assert!(
-        e.status == 400 && e.message.contains("return_token_strs"),
-        "{e}"
-    );
+    assert!(e.status == 400 && e.message.contains("strs"), "{e}");
     let e = session
         .tokenizer_call(
             "tokenize",

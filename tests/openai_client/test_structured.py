@@ -1,0 +1,179 @@
+"""Structured outputs and request shapes through the official client: `.parse()` with a
+Pydantic model, `json_schema` under sampling, vLLM's guided fields (through `extra_body`),
+content parts, and every field we do not implement refused by name."""
+
+import json
+import re
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pydantic
+
+from conftest import KEY, MODEL
+from test_errors import expect, raw_post
+
+ASK = [{"role": "user", "content": "Describe Paris as JSON."}]
+
+
+class City(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    name: str = pydantic.Field(max_length=16)
+    country: str = pydantic.Field(max_length=16)
+    population_millions: int = pydantic.Field(ge=0, le=50)
+    capital: bool
+
+
+def city_format():
+    return {"type": "json_schema",
+            "json_schema": {"name": "city", "schema": City.model_json_schema(), "strict": True}}
+
+
+def test_parse_returns_a_valid_object(client):
+    r = client.chat.completions.parse(model=MODEL, messages=ASK, response_format=City,
+                                      max_tokens=120, temperature=0)
+    city = r.choices[0].message.parsed
+    assert isinstance(city, City), r
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_json_schema_output_always_validates_when_sampling(client):
+    def one(seed):
+        r = client.chat.completions.create(model=MODEL, messages=ASK, temperature=1.0, seed=seed,
+                                           max_tokens=150, response_format=city_format())
+        return r.choices[0]
+    with ThreadPoolExecutor(8) as pool:
+        choices = list(pool.map(one, range(20)))
+    texts = set()
+    for c in choices:
+        assert c.finish_reason == "stop", c
+        City.model_validate_json(c.message.content)
+        texts.add(c.message.content)
+    assert len(texts) > 5, texts  # sampled, not one forced answer
+
+
+def test_streamed_json_is_the_same_valid_json(client):
+    kw = dict(model=MODEL, messages=ASK, temperature=0, max_tokens=120,
+              response_format=city_format())
+    whole = client.chat.completions.create(**kw).choices[0].message.content
+    streamed = "".join(c.choices[0].delta.content or ""
+                       for c in client.chat.completions.create(stream=True, **kw) if c.choices)
+    assert streamed == whole
+    City.model_validate_json(streamed)
+
+
+def test_json_object_and_guided_fields(client):
+    r = client.chat.completions.create(
+        model=MODEL, temperature=0, max_tokens=60, response_format={"type": "json_object"},
+        messages=[{"role": "user",
+                   "content": "What is 2+2? Reply with a JSON object whose key \"answer\" holds the number."}])
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    for seed in range(6):
+        for body in ({"guided_choice": ["yes", "no", "maybe"]},
+                     {"structured_outputs": {"choice": ["yes", "no", "maybe"]}}):
+            r = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Is it raining?"}],
+                temperature=1.0, seed=seed, max_tokens=8, extra_body=body)
+            assert r.choices[0].message.content in ("yes", "no", "maybe")
+    # Parallel samples each follow the constraint from the shared prompt.
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Is it raining?"}], n=4,
+        temperature=1.0, seed=5, max_tokens=8, extra_body={"guided_choice": ["yes", "no", "maybe"]})
+    assert len(r.choices) == 4
+    assert all(c.message.content in ("yes", "no", "maybe") for c in r.choices)
+    r = client.completions.create(model=MODEL, prompt="Today's date is", temperature=1.0, seed=1,
+                                  max_tokens=20,
+                                  extra_body={"guided_regex": r" [0-9]{4}-[0-9]{2}-[0-9]{2}"})
+    assert re.fullmatch(r" [0-9]{4}-[0-9]{2}-[0-9]{2}", r.choices[0].text), r.choices[0].text
+    r = client.completions.create(model=MODEL, prompt="Answer:", temperature=0, max_tokens=10,
+                                  extra_body={"guided_grammar": 'start: " yes" | " no"'})
+    assert r.choices[0].text in (" yes", " no")
+
+
+def test_bad_constraints_are_400_naming_the_field(client):
+    chat = client.chat.completions.create
+    bad_schema = {"type": "json_schema",
+                  "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}
+    expect(openai.BadRequestError, 400, lambda: chat(
+        model=MODEL, messages=ASK, max_tokens=4, response_format=bad_schema), "response_format")
+    expect(openai.BadRequestError, 400, lambda: chat(
+        model=MODEL, messages=ASK, max_tokens=4, extra_body={"guided_regex": "(unclosed"}),
+        "guided_regex")
+    expect(openai.BadRequestError, 400, lambda: chat(
+        model=MODEL, messages=ASK, max_tokens=4,
+        extra_body={"guided_regex": "a", "guided_choice": ["a"]}))
+
+
+# Fields of OpenAI's and vLLM's request schemas that infer does not implement yet: each must
+# be refused by name, never ignored.
+UNSUPPORTED_CHAT = {
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    "tool_choice": "required",
+    "functions": [{"name": "f", "parameters": {}}],
+    "function_call": "auto",
+    "audio": {"voice": "alloy", "format": "wav"},
+    "modalities": ["text", "audio"],
+    "prediction": {"type": "content", "content": "x"},
+    "reasoning_effort": "low",
+    "web_search_options": {},
+    "logit_processors": ["x"],
+    "chat_template_kwargs": {"enable_thinking": False},
+    "frobnicate": 1,
+}
+UNSUPPORTED_COMPLETIONS = {"suffix": "x", "prompt_logprobs": 1, "frobnicate": 1}
+IGNORED = {"user": "u-1", "store": False, "metadata": {"k": "v"}, "service_tier": "auto"}
+
+
+def test_every_unsupported_field_is_400_naming_it(client):
+    for name, value in UNSUPPORTED_CHAT.items():
+        expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+            model=MODEL, messages=ASK, max_tokens=2, extra_body={name: value}), name)
+    for name, value in UNSUPPORTED_COMPLETIONS.items():
+        expect(openai.BadRequestError, 400, lambda: client.completions.create(
+            model=MODEL, prompt="x", max_tokens=2, extra_body={name: value}), name)
+    expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=2, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}), "stream_options")
+    # The documented bookkeeping fields are accepted.
+    r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, extra_body=IGNORED)
+    assert r.choices[0].message.content is not None
+
+
+def test_content_parts_equal_the_same_text_as_a_string(client):
+    parts = [{"type": "text", "text": "What is the capital"}, {"type": "text", "text": "of France?"}]
+    joined = "What is the capital\nof France?"
+    a = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=12,
+                                       messages=[{"role": "user", "content": parts}])
+    b = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=12,
+                                       messages=[{"role": "user", "content": joined}])
+    assert a.choices[0].message.content == b.choices[0].message.content
+    image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+        model=MODEL, max_tokens=2, messages=[{"role": "user", "content": image}]),
+        "messages[0].content[0].type")
+
+
+def test_continue_final_message_continues_the_assistant_turn(client, server):
+    msgs = [{"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "My favourite color is"}]
+    r = client.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=6,
+                                       extra_body={"continue_final_message": True,
+                                                   "add_generation_prompt": False})
+    assert r.choices[0].message.content
+    status, tokens = raw_post(f"{server}/tokenize", json.dumps(
+        {"messages": msgs, "continue_final_message": True, "add_generation_prompt": False}
+    ).encode(), {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    assert status == 200, tokens
+    plain = client.completions.create(model=MODEL, temperature=0, max_tokens=6,
+                                      prompt=tokens["tokens"])
+    assert plain.choices[0].text == r.choices[0].message.content
+
+
+def test_model_card_and_tokenizer_info(client, server):
+    assert client.models.retrieve(MODEL).id == MODEL
+    expect(openai.NotFoundError, 404, lambda: client.models.retrieve("gpt-9"), "model")
+    with urllib.request.urlopen(f"{server}/tokenizer_info", timeout=30) as r:
+        info = json.load(r)
+    assert info["eos_token"] == "<|im_end|>"
+    assert "{% for message in messages %}" in info["chat_template"]
+    assert info["model_max_length"] > 0
