@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// Waiting requests beyond which new ones get 503 at once (0 = no limit).
     #[arg(long, default_value_t = 256)]
     pub max_waiting: usize,
+    /// Prefix of the Prometheus metric names: `vllm` makes `/metrics` read exactly as vLLM's
+    /// (`vllm:num_requests_waiting`, ...), for its dashboards and the Kubernetes gateway.
+    #[arg(long, default_value = "infer", value_parser = ["infer", "vllm"])]
+    pub metrics_prefix: String,
 }
 
 async fn shutdown_signal() {
@@ -60,7 +64,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let model = args.model;
     let gguf = std::path::PathBuf::from(&model.model);
     let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
-    let metrics = Arc::new(Metrics::new(&name)?);
+    let metrics = Arc::new(Metrics::new(&name, &args.metrics_prefix)?);
     let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
         move || {
             let (engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;

@@ -30,6 +30,8 @@ def server():
         binary(), "serve", "--model", model, "--port", "0", "--api-key", KEY,
         "--served-model-name", MODEL, "--max-model-len", str(MAX_MODEL_LEN),
         "--num-kv-blocks", "256", "--max-num-seqs", "16",
+        # vLLM's metric names, as dashboards and the inference gateway read them.
+        "--metrics-prefix", "vllm",
     ]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)

@@ -177,3 +177,20 @@ def test_model_card_and_tokenizer_info(client, server):
     assert info["eos_token"] == "<|im_end|>"
     assert "{% for message in messages %}" in info["chat_template"]
     assert info["model_max_length"] > 0
+
+
+def test_vllm_metric_names_and_cached_tokens(client, server):
+    long_prompt = "Once upon a time, in a city by the sea, " * 8
+    client.completions.create(model=MODEL, prompt=long_prompt, max_tokens=2)
+    again = client.completions.create(model=MODEL, prompt=long_prompt, max_tokens=2)
+    details = again.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens >= 16, again.usage
+    with urllib.request.urlopen(f"{server}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    for family in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
+                   "request_success_total", "inter_token_latency_seconds",
+                   "request_prefill_time_seconds", "request_decode_time_seconds",
+                   "prefix_cache_queries_total", "prefix_cache_hits_total",
+                   "time_to_first_token_seconds", "e2e_request_latency_seconds"):
+        assert f"# TYPE vllm:{family} " in text, family
+    assert 'vllm:request_success_total{finished_reason="length",model_name="smol"}' in text

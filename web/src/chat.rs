@@ -51,7 +51,7 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
         .iter()
         .map(|o| chat_choice(&state.tokenizer, o))
         .collect();
-    let usage = Usage::new(done.prompt_len, completion_tokens);
+    let usage = Usage::new(done.prompt_len, completion_tokens).with_cached(done.cached);
     Ok(warp::reply::json(&reply.response(CHAT, choices, usage)).into_response())
 }
 

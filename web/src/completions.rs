@@ -22,6 +22,8 @@ use crate::state::ServerState;
 pub struct Finished {
     pub outputs: Vec<CompletionOutput>,
     pub prompt_len: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached: usize,
     pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
 }
 
@@ -34,6 +36,7 @@ pub async fn finish(mut events: Events) -> Result<Finished, ApiError> {
                     return Ok(Finished {
                         outputs,
                         prompt_len: out.metrics.num_prompt_tokens,
+                        cached: out.metrics.num_cached_tokens.unwrap_or(0),
                         prompt_logprobs: out.prompt_logprobs,
                     });
                 }
@@ -90,9 +93,11 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
         return Ok(sse_reply(stream::iter(head).chain(body)));
     }
     let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
+    let mut cached = 0;
     for (i, events) in streams.into_iter().enumerate() {
         let done = finish(events).await?;
         prompt_tokens += done.prompt_len;
+        cached += done.cached;
         let prompt_text = if req.echo {
             state
                 .tokenizer
@@ -116,7 +121,7 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
             choices.push(c);
         }
     }
-    let usage = Usage::new(prompt_tokens, completion_tokens);
+    let usage = Usage::new(prompt_tokens, completion_tokens).with_cached(cached);
     Ok(warp::reply::json(&reply.response(OBJECT, choices, usage)).into_response())
 }
 

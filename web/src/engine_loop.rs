@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use infer_core::{Engine, EngineStats, Executor, InferError, RequestOutput, SamplingParams};
 use tokio::sync::{mpsc as tmpsc, oneshot};
@@ -62,6 +63,8 @@ struct Loop<E: Executor> {
     metrics: Arc<Metrics>,
     /// The stats behind the metrics' last update (counters grow by the difference).
     last_stats: EngineStats,
+    /// When each running request last produced tokens (for the inter-token latency).
+    last_output: HashMap<String, Instant>,
 }
 
 impl EngineHandle {
@@ -99,6 +102,7 @@ impl EngineHandle {
                     max_waiting,
                     metrics,
                     last_stats,
+                    last_output: HashMap::new(),
                 }
                 .run(rx)
             })
@@ -227,6 +231,7 @@ impl<E: Executor> Loop<E> {
     }
 
     fn abort(&mut self, id: &str) {
+        self.last_output.remove(id);
         if self.engine.abort_request(id) {
             self.metrics.record_aborted();
         }
@@ -249,10 +254,17 @@ impl<E: Executor> Loop<E> {
     fn step(&mut self) {
         match self.engine.step() {
             Ok(outputs) => {
+                let now = Instant::now();
                 for out in outputs {
                     let id = out.request_id.clone();
                     let finished = out.finished();
                     self.record_if_finished(&out);
+                    if let Some(prev) = self.last_output.insert(id.clone(), now) {
+                        self.metrics.record_inter_token((now - prev).as_secs_f64());
+                    }
+                    if finished {
+                        self.last_output.remove(&id);
+                    }
                     let delivered = self
                         .streams
                         .get(&id)
@@ -282,6 +294,7 @@ impl<E: Executor> Loop<E> {
     }
 
     fn abort_all(&mut self, why: &str) {
+        self.last_output.clear();
         for (id, tx) in std::mem::take(&mut self.streams) {
             let _ = tx.send(Event::Failed(why.to_string()));
             if self.engine.abort_request(&id) {

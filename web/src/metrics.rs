@@ -1,5 +1,6 @@
-//! Prometheus metrics, named as vLLM names them (`vllm:` becomes `infer:`), so dashboards
-//! built for vLLM work with a prefix change. The engine thread updates them after every loop
+//! Prometheus metrics, named as vLLM names them under the prefix `infer:` (or `vllm:` with
+//! `infer serve --metrics-prefix vllm`, so vLLM's Grafana dashboard and the Kubernetes
+//! inference gateway read them unchanged). The engine thread updates them after every loop
 //! iteration; `/metrics` only encodes the registry, so a scrape never waits for a step.
 
 use infer_core::{EngineStats, FinishReason, RequestMetrics};
@@ -35,12 +36,18 @@ pub struct Metrics {
     kv_usage: Gauge,
     kv_blocks_used: IntGauge,
     prefix_cache_hits: IntCounter,
+    prefix_cache_queries: IntCounter,
     preemptions: IntCounter,
     prompt_tokens: IntCounter,
     generation_tokens: IntCounter,
     requests_finished: IntCounterVec,
     ttft: Histogram,
     tpot: Histogram,
+    inter_token: Histogram,
+    prefill_time: Histogram,
+    decode_time: Histogram,
+    inference_time: Histogram,
+    max_generation_tokens: Histogram,
     e2e: Histogram,
     queue_time: Histogram,
     prompt_lens: Histogram,
@@ -53,11 +60,11 @@ pub struct Metrics {
 pub struct MetricsError(#[from] prometheus::Error);
 
 impl Metrics {
-    /// Every metric carries `model_name`, as vLLM's do.
-    pub fn new(model_name: &str) -> Result<Self, MetricsError> {
+    /// Every metric carries `model_name`, as vLLM's do; names start with `prefix:`.
+    pub fn new(model_name: &str, prefix: &str) -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let opts = |name: &str, help: &str| {
-            Opts::new(format!("infer:{name}"), help).const_label("model_name", model_name)
+            Opts::new(format!("{prefix}:{name}"), help).const_label("model_name", model_name)
         };
         let hist = |name: &str, help: &str, buckets: &[f64]| {
             let o = opts(name, help);
@@ -107,6 +114,10 @@ impl Metrics {
                 "prefix_cache_hits_total",
                 "Prompt tokens whose KV came from the prefix cache.",
             )?,
+            prefix_cache_queries: counter(
+                "prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache (hit rate = hits / queries).",
+            )?,
             preemptions: counter("num_preemptions_total", "Sequence groups preempted.")?,
             prompt_tokens: counter(
                 "prompt_tokens_total",
@@ -123,6 +134,31 @@ impl Metrics {
                 "time_per_output_token_seconds",
                 "Mean time between output tokens of a request after its first.",
                 TPOT_BUCKETS,
+            )?,
+            inter_token: hist(
+                "inter_token_latency_seconds",
+                "Time between a request's consecutive outputs (one per engine step it ran in).",
+                TPOT_BUCKETS,
+            )?,
+            prefill_time: hist(
+                "request_prefill_time_seconds",
+                "First scheduled to first generated token.",
+                LATENCY_BUCKETS,
+            )?,
+            decode_time: hist(
+                "request_decode_time_seconds",
+                "First generated token to last.",
+                LATENCY_BUCKETS,
+            )?,
+            inference_time: hist(
+                "request_inference_time_seconds",
+                "First scheduled to last token.",
+                LATENCY_BUCKETS,
+            )?,
+            max_generation_tokens: hist(
+                "request_max_num_generation_tokens",
+                "Tokens of the longest sequence of a finished request.",
+                TOKEN_BUCKETS,
             )?,
             e2e: hist(
                 "e2e_request_latency_seconds",
@@ -161,6 +197,11 @@ impl Metrics {
             now.prefix_cache_hit_tokens,
             last.prefix_cache_hit_tokens,
         );
+        grow(
+            &self.prefix_cache_queries,
+            now.prefix_cache_query_tokens,
+            last.prefix_cache_query_tokens,
+        );
         grow(&self.preemptions, now.preemptions, last.preemptions);
         grow(
             &self.prompt_tokens,
@@ -172,6 +213,11 @@ impl Metrics {
             now.output_tokens,
             last.output_tokens,
         );
+    }
+
+    /// The time since a request's previous output (its tokens of one step).
+    pub fn record_inter_token(&self, seconds: f64) {
+        self.inter_token.observe(seconds);
     }
 
     /// A request aborted before it finished (client gone, shutdown, engine error).
@@ -201,7 +247,17 @@ impl Metrics {
         }
         if let Some(s) = m.first_scheduled {
             self.queue_time.observe((s - m.arrival).as_secs_f64());
+            if let Some(first) = m.first_token {
+                self.prefill_time.observe((first - s).as_secs_f64());
+            }
+            if let Some(end) = m.finished {
+                self.inference_time.observe((end - s).as_secs_f64());
+            }
         }
+        if let (Some(first), Some(end)) = (m.first_token, m.finished) {
+            self.decode_time.observe((end - first).as_secs_f64());
+        }
+        self.max_generation_tokens.observe(longest as f64);
         self.prompt_lens.observe(m.num_prompt_tokens as f64);
         self.output_lens.observe(m.num_output_tokens as f64);
     }

@@ -155,6 +155,14 @@ fn chat_page_and_metrics_are_served() {
         "time_to_first_token_seconds",
         "time_per_output_token_seconds",
         "e2e_request_latency_seconds",
+        "inter_token_latency_seconds",
+        "request_success_total",
+        "request_prefill_time_seconds",
+        "request_decode_time_seconds",
+        "request_inference_time_seconds",
+        "request_max_num_generation_tokens",
+        "request_queue_time_seconds",
+        "prefix_cache_queries_total",
     ] {
         assert!(
             text.contains(&format!("# TYPE infer:{family} ")),
@@ -162,6 +170,37 @@ fn chat_page_and_metrics_are_served() {
         );
     }
     assert!(metric_in(&text, "infer:e2e_request_latency_seconds_count") >= 1.0);
+    // Three tokens: two intervals between the request's outputs.
+    assert!(metric_in(&text, "infer:inter_token_latency_seconds_count") >= 2.0);
+    assert!(metric_in(&text, "infer:prefix_cache_queries_total") >= 1.0);
+}
+
+#[test]
+fn a_repeated_prompt_reports_its_cached_tokens() {
+    // Long enough for several full 16-token blocks.
+    let prompt = "The history of the printing press begins with movable type in China, then \
+                  Gutenberg's press in Mainz, which spread across Europe within decades and \
+                  changed how knowledge travelled, how languages settled and how people read.";
+    let body = json!({"prompt": prompt, "max_tokens": 2});
+    let (status, first) = post("/v1/completions", &body);
+    assert_eq!(status, 200, "{first}");
+    let hits_before = metric("infer:prefix_cache_hits_total");
+    let (_, second) = post("/v1/completions", &body);
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let prompt_tokens = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(cached >= 16 && cached < prompt_tokens, "{second}");
+    assert_eq!(cached % 16, 0, "whole blocks: {second}");
+    // The metrics follow the engine loop, which may still be finishing that step.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while metric("infer:prefix_cache_hits_total") < hits_before + cached as f64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "prefix hits not counted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -138,6 +138,7 @@ impl<E: Executor> Engine<E> {
                     num_prompt_tokens,
                     num_output_tokens: 0,
                     num_preemptions: 0,
+                    num_cached_tokens: None,
                 },
             },
         );

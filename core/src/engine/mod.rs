@@ -56,6 +56,8 @@ pub struct EngineStats {
     /// Fraction of device KV blocks in use.
     pub kv_usage: f64,
     pub prefix_cache_hit_tokens: u64,
+    /// Prompt tokens looked up in the prefix cache (vLLM's `prefix_cache_queries`).
+    pub prefix_cache_query_tokens: u64,
     pub preemptions: u64,
     /// Prompt tokens computed (recomputation included).
     pub prompt_tokens_computed: u64,
@@ -266,6 +268,13 @@ impl<E: Executor> Engine<E> {
         let read = self.executor.submit(&plan.cache_ops, batch.as_ref())?;
         self.stats.preemptions += plan.preempted.len() as u64;
         self.stats.prefix_cache_hit_tokens += plan.prefix_hit_tokens as u64;
+        self.stats.prefix_cache_query_tokens += plan.prefix_query_tokens as u64;
+        for &(seq, cached) in &plan.prefix_hits {
+            if let Some(r) = self.owners.get(&seq).and_then(|k| self.requests.get_mut(k)) {
+                // The first admission counts (a recomputation after preemption may find more).
+                r.metrics.num_cached_tokens.get_or_insert(cached);
+            }
+        }
         self.stats.last_step_tokens = plan.num_batched_tokens;
         for seq in &plan.preempted {
             if let Some(r) = self.owners.get(seq).and_then(|k| self.requests.get_mut(k)) {

@@ -50,6 +50,9 @@ pub struct RequestMetrics {
     pub num_output_tokens: usize,
     /// Times it was preempted (by recompute or swap).
     pub num_preemptions: usize,
+    /// Prompt tokens served from the prefix cache at its first admission (OpenAI's
+    /// `usage.prompt_tokens_details.cached_tokens`); `None` until admitted.
+    pub num_cached_tokens: Option<usize>,
 }
 
 impl RequestMetrics {

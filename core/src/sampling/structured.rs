@@ -4,9 +4,11 @@
 //! constrained sequence gets a bitmask of the tokens that keep the output valid, which the
 //! batch sampler applies, and the sampled token advances the sequence's matcher.
 
+use std::sync::Arc;
+
 use llguidance::api::TopLevelGrammar;
-use llguidance::toktrie::{SimpleVob, TokEnv};
-use llguidance::{Matcher, ParserFactory};
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use llguidance::{token_bytes_from_tokenizer_json, Matcher, ParserFactory};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -91,14 +93,7 @@ pub struct GrammarCompiler {
 impl GrammarCompiler {
     /// `vocab` is the width of the model's logits rows (at least the tokenizer's vocabulary).
     pub fn new(tokenizer: &Tokenizer, vocab: usize) -> Result<Self> {
-        let json = tokenizer.to_json()?;
-        let mut bytes = toktrie_hf_tokenizers::ByteTokenizer::from_json_bytes(json.as_bytes())
-            .map_err(setup_err)?;
-        if !tokenizer.eos_token_ids().is_empty() {
-            bytes.set_eos_tokens(tokenizer.eos_token_ids());
-        }
-        let n_vocab = (vocab >= tokenizer.vocab_size()).then_some(vocab);
-        let env: TokEnv = bytes.into_tok_env(n_vocab).map_err(setup_err)?;
+        let env: TokEnv = Arc::new(TrieEnv::new(tokenizer, vocab)?);
         let mut factory = ParserFactory::new_simple(&env).map_err(setup_err)?;
         factory.quiet();
         Ok(GrammarCompiler { factory, vocab })
@@ -147,6 +142,60 @@ pub fn apply_mask(logits: &mut [f32], allowed: &SimpleVob) {
                 }
             }
         }
+    }
+}
+
+/// llguidance's view of our tokenizer: every token's bytes in a trie (special tokens marked so
+/// text never matches them), and the tokenizer itself for the text a grammar forces. Built from
+/// the `tokenizer.json` form with llguidance's own byte decoding, so it needs no second copy of
+/// the `tokenizers` crate (whose C parts would not build for the browser).
+struct TrieEnv {
+    trie: TokTrie,
+    tokenizer: tokenizers::Tokenizer,
+}
+
+impl TrieEnv {
+    fn new(tokenizer: &Tokenizer, vocab: usize) -> Result<Self> {
+        let json: Value = serde_json::from_str(&tokenizer.to_json()?).map_err(setup_err)?;
+        let mut words = token_bytes_from_tokenizer_json(&json).map_err(setup_err)?;
+        if words.len() > vocab {
+            return Err(setup_err(format!(
+                "the tokenizer has {} tokens but the model's logits only {vocab}",
+                words.len()
+            )));
+        }
+        // Rows past the tokenizer (padding in the embedding) are special tokens no text matches.
+        while words.len() < vocab {
+            let mut name = format!(".<[{}]>", words.len()).into_bytes();
+            name[0] = TokTrie::SPECIAL_TOKEN_MARKER;
+            words.push(name);
+        }
+        let eos = tokenizer.eos_token_ids();
+        let info = TokRxInfo::new(vocab as u32, eos.first().copied().unwrap_or(0));
+        let mut trie = TokTrie::from(&info, &words);
+        if eos.len() > 1 {
+            trie = trie.with_eos_tokens(eos);
+        }
+        Ok(TrieEnv {
+            trie,
+            tokenizer: tokenizer.inner().clone(),
+        })
+    }
+}
+
+impl TokenizerEnv for TrieEnv {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        self.trie.tokenize_with_greedy_fallback(s, |text| {
+            // A text the tokenizer rejects falls back to the trie's greedy split (empty here).
+            self.tokenizer
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .unwrap_or_default()
+        })
     }
 }
 

@@ -141,6 +141,10 @@ pub struct SchedulerOutput {
     pub preempted: Vec<SeqId>,
     /// Prompt tokens found in the prefix cache among the prompts admitted this step.
     pub prefix_hit_tokens: usize,
+    /// Prompt tokens looked up in the prefix cache this step (hit rate = hits / queries).
+    pub prefix_query_tokens: usize,
+    /// Each admitted sequence that looked up the prefix cache, with the tokens it found.
+    pub prefix_hits: Vec<(SeqId, usize)>,
     /// Sequences that entered the running queue this step (a recomputed one may enter with
     /// nothing to compute yet: its tokens were all cached or shared).
     pub admitted: usize,

@@ -195,6 +195,8 @@ impl Scheduler {
         let hit = match (hit, leader) {
             (Some(hit), _) => {
                 out.prefix_hit_tokens += num_computed;
+                out.prefix_query_tokens += len;
+                out.prefix_hits.push((id, num_computed));
                 hit
             }
             (None, Some(l)) => self.blocks.shared_prefix(l, shared_blocks)?,

@@ -50,11 +50,19 @@ impl Reply {
 pub struct UsageCounter {
     pub prompt: usize,
     pub completion: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached: usize,
 }
 
 impl UsageCounter {
     pub fn usage(&self) -> Usage {
-        Usage::new(self.prompt, self.completion)
+        Usage::new(self.prompt, self.completion).with_cached(self.cached)
+    }
+
+    /// A finished request's prompt (and its cached part).
+    pub fn add_prompt(&mut self, out: &RequestOutput) {
+        self.prompt += out.metrics.num_prompt_tokens;
+        self.cached += out.metrics.num_cached_tokens.unwrap_or(0);
     }
 }
 
@@ -132,7 +140,7 @@ pub fn completion_stream_choices(
 ) -> Vec<Value> {
     let base = prompt_index * n;
     if out.deltas.is_empty() {
-        usage.prompt += out.metrics.num_prompt_tokens;
+        usage.add_prompt(out);
         return out
             .outputs
             .iter()
@@ -144,7 +152,7 @@ pub fn completion_stream_choices(
             .collect();
     }
     if out.finished() {
-        usage.prompt += out.metrics.num_prompt_tokens;
+        usage.add_prompt(out);
     }
     out.deltas
         .iter()
@@ -193,7 +201,11 @@ pub fn chat_stream_choices(
     usage: &mut UsageCounter,
 ) -> Vec<Value> {
     if out.finished() {
-        usage.prompt = out.metrics.num_prompt_tokens;
+        *usage = UsageCounter {
+            completion: usage.completion,
+            ..UsageCounter::default()
+        };
+        usage.add_prompt(out);
     }
     let mut choices = Vec::new();
     for d in &out.deltas {

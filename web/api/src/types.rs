@@ -214,6 +214,13 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`: prompt tokens whose KV came from the prefix cache.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: usize,
 }
 
 impl Usage {
@@ -222,7 +229,13 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails::default(),
         }
+    }
+
+    pub fn with_cached(mut self, cached_tokens: usize) -> Self {
+        self.prompt_tokens_details.cached_tokens = cached_tokens;
+        self
     }
 }
 

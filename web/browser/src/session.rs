@@ -42,6 +42,7 @@ pub struct EngineRequest {
 struct Finished {
     outputs: Vec<CompletionOutput>,
     prompt_len: usize,
+    cached: usize,
     prompt_logprobs: Vec<Option<TokenLogprobs>>,
 }
 
@@ -301,6 +302,7 @@ impl Session {
             *slot = Some(Finished {
                 outputs,
                 prompt_len: out.metrics.num_prompt_tokens,
+                cached: out.metrics.num_cached_tokens.unwrap_or(0),
                 prompt_logprobs: out.prompt_logprobs.unwrap_or_default(),
             });
         }
@@ -337,6 +339,7 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
     }
     let finished: Vec<Finished> = a.finished.into_iter().flatten().collect();
     let prompt_tokens = finished.iter().map(|f| f.prompt_len).sum();
+    let cached = finished.iter().map(|f| f.cached).sum();
     let (mut choices, mut completion_tokens) = (Vec::new(), 0);
     let object = match &a.kind {
         Kind::Chat => {
@@ -374,7 +377,7 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
             COMPLETION
         }
     };
-    let usage = Usage::new(prompt_tokens, completion_tokens);
+    let usage = Usage::new(prompt_tokens, completion_tokens).with_cached(cached);
     events.push(Event::Done {
         id: id.to_string(),
         response: Some(a.reply.response(object, choices, usage)),

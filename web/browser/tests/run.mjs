@@ -181,8 +181,28 @@ await check('streamed chat: role first, deltas, finish, usage; same text as the 
   assertEq(r.chunks[0].choices[0].delta.role, 'assistant', 'first delta');
   const text = r.chunks.flatMap((c) => c.choices).map((c) => (c.delta && c.delta.content) || '').join('');
   assertEq(text, r.json.choices[0].message.content, 'streamed text');
-  assertEq(r.chunks.at(-1).usage, r.json.usage, 'usage');
+  // Same counts; the second (streamed) run found its prompt in the prefix cache.
+  const [streamed, whole] = [r.chunks.at(-1).usage, r.json.usage];
+  for (const k of ['prompt_tokens', 'completion_tokens', 'total_tokens']) assertEq(streamed[k], whole[k], `usage.${k}`);
+  if (!(streamed.prompt_tokens_details.cached_tokens > whole.prompt_tokens_details.cached_tokens)) {
+    throw new Error(`cached_tokens ${JSON.stringify(streamed)} vs ${JSON.stringify(whole)}`);
+  }
   if (r.json.object !== 'chat.completion') throw new Error(`object ${r.json.object}`);
+});
+
+await check('structured outputs in the browser: guided choice and a JSON schema, as natively', async () => {
+  const r = await page.evaluate(async () => {
+    const ask = (content, extra) => window.engine.chat.completions.create({ messages: [{ role: 'user', content }], max_tokens: 60, temperature: 0, ...extra });
+    const choice = await ask('Is Paris the capital of France? Answer yes or no.', { guided_choice: ['yes', 'no'] });
+    const schema = { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, sunny: { type: 'boolean' } }, required: ['city', 'sunny'], additionalProperties: false };
+    const json = await ask('Describe the weather in Paris as JSON.', { response_format: { type: 'json_schema', json_schema: { name: 'w', schema } } });
+    return { choice: choice.choices[0].message.content, json: json.choices[0].message.content, finish: json.choices[0].finish_reason };
+  });
+  // The native engine answers "yes" to this prompt (tests/tests/structured.rs).
+  assertEq(r.choice, 'yes', 'guided choice');
+  const v = JSON.parse(r.json);
+  if (typeof v.city !== 'string' || typeof v.sunny !== 'boolean' || Object.keys(v).length !== 2) throw new Error(`schema: ${r.json}`);
+  assertEq(r.finish, 'stop', 'finish_reason');
 });
 
 await check('bad parameters are refused with a 400 naming them, unknown createEngine options by name', async () => {

@@ -79,7 +79,17 @@ fn session_streams_and_replies_like_the_server() {
         .filter_map(|c| c["delta"]["content"].as_str())
         .collect();
     assert_eq!(joined, text);
-    assert_eq!(chunks.last().unwrap()["usage"], reply["usage"]);
+    // The same counts; the streamed run, second, found the prompt in the prefix cache.
+    let (streamed, whole) = (&chunks.last().unwrap()["usage"], &reply["usage"]);
+    for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(streamed[k], whole[k], "{k}");
+    }
+    let cached = |u: &Value| {
+        u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(cached(streamed) > cached(whole), "{streamed} vs {whole}");
     assert!(matches!(
         events.last(),
         Some(Event::Done {

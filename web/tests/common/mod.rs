@@ -29,7 +29,7 @@ pub fn server_with(max_num_seqs: usize, max_waiting: usize) -> &'static Server {
     S.get_or_init(|| {
         let (model, tokenizer) = smollm2_shared();
         let tok = tokenizer.clone();
-        let metrics = Arc::new(Metrics::new("smol").unwrap());
+        let metrics = Arc::new(Metrics::new("smol", "infer").unwrap());
         let (engine, ()) = EngineHandle::start(
             move || {
                 let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0)

@@ -1,0 +1,90 @@
+//! The checks every request body gets beyond its types: fields we do not implement (a 400
+//! naming them, never ignored), the structured-output constraint, and chat messages as the
+//! template takes them (content parts joined, other part types refused by position).
+
+use infer_core::{ChatMessage, SamplingParams};
+
+use crate::prepare::RequestError;
+use crate::types::{
+    ChatMessageIn, MessageContent, SamplingFields, StructuredFields, IGNORED_FIELDS,
+};
+
+/// A 400 naming the first field (in name order) that is neither known nor in `IGNORED_FIELDS`.
+pub fn check_extra_fields(
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), RequestError> {
+    let mut unknown: Vec<&String> = extra
+        .keys()
+        .filter(|k| !IGNORED_FIELDS.contains(&k.as_str()))
+        .collect();
+    unknown.sort();
+    match unknown.first() {
+        None => Ok(()),
+        Some(k) => Err(RequestError::bad_request(format!(
+            "unsupported parameter `{k}`: infer does not implement it, and ignoring it would change what you asked for"
+        ))
+        .param(k)),
+    }
+}
+
+/// Shared by both endpoints: unknown fields, the structured-output constraint and stream
+/// options this server does not implement.
+pub(crate) fn apply_common(
+    extra: &serde_json::Map<String, serde_json::Value>,
+    structured: &StructuredFields,
+    sampling: &SamplingFields,
+    params: &mut SamplingParams,
+) -> Result<Option<&'static str>, RequestError> {
+    check_extra_fields(extra)?;
+    if sampling
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.continuous_usage_stats)
+    {
+        return Err(RequestError::bad_request(
+            "`continuous_usage_stats` is not supported yet; use `include_usage` for usage on the last chunk",
+        )
+        .param("stream_options"));
+    }
+    let constraint = structured.constraint()?;
+    Ok(constraint.map(|(spec, param)| {
+        params.structured_outputs = Some(spec);
+        param
+    }))
+}
+
+/// Messages as the template takes them: text parts joined by newlines (as vLLM does); parts
+/// of other types are refused, naming where they are.
+pub fn chat_messages(messages: &[ChatMessageIn]) -> Result<Vec<ChatMessage>, RequestError> {
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let content = match &m.content {
+            None => String::new(),
+            Some(MessageContent::Text(t)) => t.clone(),
+            Some(MessageContent::Parts(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (j, p) in parts.iter().enumerate() {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => texts.push(t.as_str()),
+                        ("text", None) => {
+                            return Err(RequestError::bad_request("a text part has no `text`")
+                                .param(&format!("messages[{i}].content[{j}].text")))
+                        }
+                        (kind, _) => {
+                            return Err(RequestError::bad_request(format!(
+                                "content parts of type `{kind}` are not supported: the served model takes text only"
+                            ))
+                            .param(&format!("messages[{i}].content[{j}].type")))
+                        }
+                    }
+                }
+                texts.join("\n")
+            }
+        };
+        out.push(ChatMessage {
+            role: m.role.clone(),
+            content,
+        });
+    }
+    Ok(out)
+}
