@@ -40,14 +40,18 @@ impl ApiError {
 
     /// The engine names structured-output errors `structured_outputs`; the client may have
     /// used `response_format` or a `guided_*` field instead.
-    pub fn structured_param(mut self, used: Option<&'static str>) -> Self {
-        if let (Some(used), Some("structured_outputs")) = (used, self.param.as_deref()) {
-            self.message = self
-                .message
-                .replace("`structured_outputs`", &format!("`{used}`"));
-            self.param = Some(used.to_string());
+    pub fn structured_param(self, used: Option<&'static str>) -> Self {
+        let e = RequestError {
+            status: self.status.as_u16(),
+            message: self.message,
+            param: self.param,
         }
-        self
+        .structured_param(used);
+        ApiError {
+            status: self.status,
+            message: e.message,
+            param: e.param,
+        }
     }
 
     fn kind(&self) -> &'static str {

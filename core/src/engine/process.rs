@@ -106,6 +106,7 @@ impl<E: Executor> Engine<E> {
             })
             .collect();
         if matchers.iter().all(Option::is_none) {
+            self.stats.last_mask_time = std::time::Duration::ZERO;
             return vec![None; jobs.len()];
         }
         let masks: Vec<Option<SimpleVob>> = matchers

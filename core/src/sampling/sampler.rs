@@ -1,7 +1,7 @@
 //! The batch sampler: one call per engine step over every row that samples. Each stage is one
-//! pass over the rows that need it (penalties, then bias and bans, then log-probabilities,
-//! then the structured-output mask, then greedy or random draws), rows in parallel; no stage runs for a row that does not
-//! need it, so a greedy batch costs one max-and-find pass per row.
+//! pass over the rows that need it (penalties, then bias and bans, then the structured-output
+//! mask, then log-probabilities, then greedy or random draws), rows in parallel; no stage runs
+//! for a row that does not need it, so a greedy batch costs one max-and-find pass per row.
 //!
 //! Draws are inverse-CDF over the kept tokens with a uniform the caller supplies: a request's
 //! seeded generator feeds exactly one uniform per drawn token, so its output does not depend on
@@ -58,11 +58,9 @@ pub fn sample_batch(rows: &mut [SamplerRow]) -> Vec<SampledRow> {
     rows.par_iter_mut()
         .filter(|r| !r.params.logit_bias.is_empty() || !r.banned.is_empty())
         .for_each(|r| apply_bias_and_bans(r.logits, r.params, r.banned));
-    rows.par_iter_mut().for_each(|r| {
-        if let Some(allowed) = r.allowed {
-            apply_mask(r.logits, allowed);
-        }
-    });
+    rows.par_iter_mut()
+        .filter_map(|r| Some((r.allowed?, &mut *r.logits)))
+        .for_each(|(allowed, logits)| apply_mask(logits, allowed));
     rows.par_iter()
         .map(|r| {
             let lse = (r.params.needs_logprobs() || r.num_top > 0).then(|| log_sum_exp(r.logits));

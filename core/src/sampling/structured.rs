@@ -87,7 +87,6 @@ fn json_schema(schema: &Value) -> Result<Value> {
 /// built once (tens of milliseconds for a 50k vocabulary) and shared by every request.
 pub struct GrammarCompiler {
     factory: ParserFactory,
-    vocab: usize,
 }
 
 impl GrammarCompiler {
@@ -96,7 +95,7 @@ impl GrammarCompiler {
         let env: TokEnv = Arc::new(TrieEnv::new(tokenizer, vocab)?);
         let mut factory = ParserFactory::new_simple(&env).map_err(setup_err)?;
         factory.quiet();
-        Ok(GrammarCompiler { factory, vocab })
+        Ok(GrammarCompiler { factory })
     }
 
     /// A matcher at the start of the output; a constraint that does not compile is an
@@ -112,10 +111,6 @@ impl GrammarCompiler {
             return Err(InferError::invalid(PARAM, e));
         }
         Ok(matcher)
-    }
-
-    pub fn vocab(&self) -> usize {
-        self.vocab
     }
 }
 
@@ -157,7 +152,11 @@ struct TrieEnv {
 impl TrieEnv {
     fn new(tokenizer: &Tokenizer, vocab: usize) -> Result<Self> {
         let json: Value = serde_json::from_str(&tokenizer.to_json()?).map_err(setup_err)?;
-        let mut words = token_bytes_from_tokenizer_json(&json).map_err(setup_err)?;
+        // llguidance asserts on vocabularies it does not expect (the model file is outside
+        // data): a panic there is an error here, not a crash of the server.
+        let words = std::panic::catch_unwind(|| token_bytes_from_tokenizer_json(&json))
+            .map_err(|_| setup_err("the tokenizer's vocabulary could not be read as bytes"))?;
+        let mut words = words.map_err(setup_err)?;
         if words.len() > vocab {
             return Err(setup_err(format!(
                 "the tokenizer has {} tokens but the model's logits only {vocab}",

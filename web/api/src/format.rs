@@ -201,10 +201,6 @@ pub fn chat_stream_choices(
     usage: &mut UsageCounter,
 ) -> Vec<Value> {
     if out.finished() {
-        *usage = UsageCounter {
-            completion: usage.completion,
-            ..UsageCounter::default()
-        };
         usage.add_prompt(out);
     }
     let mut choices = Vec::new();

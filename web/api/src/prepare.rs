@@ -36,6 +36,18 @@ impl RequestError {
         self
     }
 
+    /// The engine names structured-output errors `structured_outputs`; the client may have
+    /// used `response_format` or a `guided_*` field instead (`used`, from the prepared request).
+    pub fn structured_param(mut self, used: Option<&'static str>) -> Self {
+        if let (Some(used), Some("structured_outputs")) = (used, self.param.as_deref()) {
+            self.message = self
+                .message
+                .replace("`structured_outputs`", &format!("`{used}`"));
+            self.param = Some(used.to_string());
+        }
+        self
+    }
+
     /// OpenAI's `error.type` for the status.
     pub fn kind(&self) -> &'static str {
         match self.status {

@@ -174,7 +174,8 @@ impl WebEngine {
                     engine.abort_request(&added.id);
                 }
                 i.session.abort(&id);
-                return Ok(json!({"error": RequestError::from(e).body()}).to_string());
+                let e = RequestError::from(e).structured_param(r.structured_param);
+                return Ok(json!({"error": e.body()}).to_string());
             }
         }
         Ok(json!({"id": id, "events": first}).to_string())

@@ -37,6 +37,8 @@ pub struct EngineRequest {
     pub id: String,
     pub prompt: Vec<u32>,
     pub params: SamplingParams,
+    /// The field that asked for structured outputs (the engine's errors name it).
+    pub structured_param: Option<&'static str>,
 }
 
 struct Finished {
@@ -156,10 +158,15 @@ impl Session {
         endpoint: &str,
         body: &str,
     ) -> Result<(String, Vec<EngineRequest>, Vec<Event>), RequestError> {
-        let (reply, kind, prompts, params, stream, include_usage) = match endpoint {
+        let (reply, kind, prompts, params, structured_param, stream, include_usage) = match endpoint
+        {
             "chat" => {
                 let req: ChatRequest = serde_json::from_str(body).map_err(body_error)?;
-                let PreparedChat { prompt, params, .. } = self.served().chat(&req)?;
+                let PreparedChat {
+                    prompt,
+                    params,
+                    structured_param,
+                } = self.served().chat(&req)?;
                 let usage = req.sampling.include_usage();
                 let reply = self.reply("chatcmpl");
                 (
@@ -167,6 +174,7 @@ impl Session {
                     Kind::Chat,
                     vec![prompt],
                     params,
+                    structured_param,
                     req.sampling.stream,
                     usage,
                 )
@@ -181,7 +189,16 @@ impl Session {
                 };
                 let usage = req.sampling.include_usage();
                 let reply = self.reply("cmpl");
-                (reply, kind, p.prompts, p.params, req.sampling.stream, usage)
+                let structured = p.structured_param;
+                (
+                    reply,
+                    kind,
+                    p.prompts,
+                    p.params,
+                    structured,
+                    req.sampling.stream,
+                    usage,
+                )
             }
             other => {
                 return Err(RequestError::bad_request(format!(
@@ -219,6 +236,7 @@ impl Session {
                 id: format!("{id}#{i}"),
                 prompt,
                 params: params.clone(),
+                structured_param,
             })
             .collect::<Vec<_>>();
         self.requests.insert(
