@@ -129,6 +129,21 @@ pub fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> Result<(LlamaMod
             args.model
         ),
     };
+    let tokenizer = match &args.chat_template {
+        None => tokenizer,
+        Some(t) => {
+            let path = std::path::Path::new(t);
+            let text = if path.is_file() {
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the chat template {t}"))?
+            } else {
+                t.clone()
+            };
+            tokenizer
+                .with_chat_template(text)
+                .context("--chat-template")?
+        }
+    };
     // A tokenizer taken from another model must only produce ids this one has.
     let borrowed = args.tokenizer.is_some() || args.load_format == LoadFormat::Dummy;
     if borrowed && tokenizer.vocab_size() > config.vocab_size {
@@ -165,6 +180,9 @@ pub struct ModelArgs {
     /// Take the tokenizer from this model instead (GGUF, HF dir or hub id).
     #[arg(long)]
     pub tokenizer: Option<String>,
+    /// A Jinja chat template to use instead of the model's: a file, or the template itself.
+    #[arg(long)]
+    pub chat_template: Option<String>,
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: BackendKind,
     #[arg(long, value_enum, default_value = "packed")]

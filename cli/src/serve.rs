@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
+use infer_web::api::tools::ToolCallParser;
 use infer_web::{EngineHandle, Metrics, ServerState};
 
 use crate::model::ModelArgs;
@@ -32,6 +33,33 @@ pub struct ServeArgs {
     /// (`vllm:num_requests_waiting`, ...), for its dashboards and the Kubernetes gateway.
     #[arg(long, default_value = "infer", value_parser = ["infer", "vllm"])]
     pub metrics_prefix: String,
+    /// How replies are read for tool calls with `tool_choice: "auto"`: `hermes`
+    /// (`<tool_call>{...}</tool_call>`: Hermes, Qwen, and models whose template takes no
+    /// tools), `llama3_json` (Llama 3.x), `auto` (from the chat template), `none` (refuse
+    /// `auto`; `required` and named functions still work, by grammar).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "hermes", "llama3_json", "none"])]
+    pub tool_call_parser: String,
+    /// vLLM's switch for `tool_choice: "auto"`, accepted so vLLM command lines run: here auto
+    /// tool choice is on whenever --tool-call-parser resolves to a parser.
+    #[arg(long)]
+    pub enable_auto_tool_choice: bool,
+}
+
+/// The tool-call parser `--tool-call-parser` names, or the chat template's.
+fn tool_parser(flag: &str, template: Option<&str>) -> Option<ToolCallParser> {
+    let parser = match flag {
+        "none" => None,
+        "auto" => ToolCallParser::detect(template),
+        name => ToolCallParser::from_name(name),
+    };
+    match parser {
+        Some(p) => tracing::info!(parser = p.name(), "tool calls: tool_choice auto reads replies"),
+        None if flag == "auto" => tracing::warn!(
+            "tool calls: no parser reads this chat template's format; tool_choice auto is refused (pass --tool-call-parser)"
+        ),
+        None => tracing::info!("tool calls: tool_choice auto is refused (--tool-call-parser none)"),
+    }
+    parser
 }
 
 async fn shutdown_signal() {
@@ -65,6 +93,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let gguf = std::path::PathBuf::from(&model.model);
     let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
     let metrics = Arc::new(Metrics::new(&name, &args.metrics_prefix)?);
+    if args.enable_auto_tool_choice && args.tool_call_parser == "none" {
+        anyhow::bail!("--enable-auto-tool-choice needs a --tool-call-parser other than none");
+    }
     let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
         move || {
             let (engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
@@ -75,6 +106,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics.clone(),
     )
     .map_err(|e| anyhow!(e))?;
+    let parser = tool_parser(&args.tool_call_parser, tokenizer.chat_template());
     let state = Arc::new(
         ServerState::new(
             engine,
@@ -84,7 +116,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             backend.clone(),
             metrics,
         )
-        .with_model_file(gguf),
+        .with_model_file(gguf)
+        .with_tool_parser(parser),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

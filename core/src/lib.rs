@@ -42,5 +42,5 @@ pub use loader::{open_model, ModelFiles};
 pub use model::LlamaModel;
 pub use sampling::SamplingParams;
 pub use scheduler::{PreemptionMode, SchedulerConfig};
-pub use tokenizer::{ChatMessage, Tokenizer};
+pub use tokenizer::{template_takes_tools, ChatMessage, Tokenizer};
 pub use weights::{HostTensor, PackedBytes, PackedTensor, WeightSource};

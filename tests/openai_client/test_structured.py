@@ -107,8 +107,6 @@ def test_bad_constraints_are_400_naming_the_field(client):
 # Fields of OpenAI's and vLLM's request schemas that infer does not implement yet: each must
 # be refused by name, never ignored.
 UNSUPPORTED_CHAT = {
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-    "tool_choice": "required",
     "functions": [{"name": "f", "parameters": {}}],
     "function_call": "auto",
     "audio": {"voice": "alloy", "format": "wav"},
@@ -120,7 +118,7 @@ UNSUPPORTED_CHAT = {
     "chat_template_kwargs": {"enable_thinking": False},
     "frobnicate": 1,
 }
-UNSUPPORTED_COMPLETIONS = {"suffix": "x", "prompt_logprobs": 1, "frobnicate": 1}
+UNSUPPORTED_COMPLETIONS = {"suffix": "x", "frobnicate": 1}
 IGNORED = {"user": "u-1", "store": False, "metadata": {"k": "v"}, "service_tier": "auto"}
 
 
@@ -131,9 +129,16 @@ def test_every_unsupported_field_is_400_naming_it(client):
     for name, value in UNSUPPORTED_COMPLETIONS.items():
         expect(openai.BadRequestError, 400, lambda: client.completions.create(
             model=MODEL, prompt="x", max_tokens=2, extra_body={name: value}), name)
+    # Stream options that would mean nothing as given.
     expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=2, stream=True,
-        stream_options={"include_usage": True, "continuous_usage_stats": True}), "stream_options")
+        stream_options={"continuous_usage_stats": True}), "stream_options")
+    expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=2, stream_options={"include_usage": True}),
+        "stream_options")
+    expect(openai.BadRequestError, 400, lambda: client.completions.create(
+        model=MODEL, prompt="x", max_tokens=2, stream=True, extra_body={"prompt_logprobs": 1}),
+        "prompt_logprobs")
     # The documented bookkeeping fields are accepted.
     r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, extra_body=IGNORED)
     assert r.choices[0].message.content is not None
@@ -194,3 +199,46 @@ def test_vllm_metric_names_and_cached_tokens(client, server):
                    "time_to_first_token_seconds", "e2e_request_latency_seconds"):
         assert f"# TYPE vllm:{family} " in text, family
     assert 'vllm:request_success_total{finished_reason="length",model_name="smol"}' in text
+
+
+def test_continuous_usage_stats_put_usage_on_every_chunk(client):
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    chunks = list(client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=8,
+                                                 temperature=0, stream=True,
+                                                 stream_options=opts))
+    assert all(c.usage is not None for c in chunks), chunks
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert counts == sorted(counts) and counts[0] == 0 and counts[-1] == 8, counts
+    assert len({c.usage.prompt_tokens for c in chunks}) == 1
+    chunks = list(client.completions.create(model=MODEL, prompt=["a", "b c"], max_tokens=4,
+                                            temperature=0, stream=True, stream_options=opts))
+    body = [c for c in chunks if c.choices]
+    assert all(c.usage is not None for c in body)
+    assert chunks[-1].usage.completion_tokens == 8
+
+
+def test_prompt_logprobs_match_the_echoed_prompt_scores(client):
+    prompt = "The capital of France is Paris"
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0,
+                                  extra_body={"prompt_logprobs": 3})
+    plps = r.choices[0].model_extra["prompt_logprobs"]
+    echo = client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True,
+                                     logprobs=3, temperature=0)
+    lp = echo.choices[0].logprobs
+    assert plps[0] is None and len(plps) == len(lp.token_logprobs)
+    ids = raw_post_tokens(client, prompt)
+    for i in range(1, len(plps)):
+        entry = plps[i][str(ids[i])]
+        assert abs(entry["logprob"] - lp.token_logprobs[i]) < 1e-4, (i, entry)
+        assert entry["decoded_token"] == lp.tokens[i]
+        best = max(v["logprob"] for v in plps[i].values())
+        assert (entry["rank"] == 1) == (entry["logprob"] >= best), plps[i]
+        assert 3 <= len(plps[i]) <= 4
+
+
+def raw_post_tokens(client, prompt):
+    status, body = raw_post(f"{str(client.base_url).rstrip('/').removesuffix('/v1')}/tokenize",
+                            json.dumps({"prompt": prompt}).encode(),
+                            {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    assert status == 200, body
+    return body["tokens"]

@@ -168,10 +168,7 @@ fn the_real_model_answers_greedily_within_the_constraint() {
     cfg.num_device_blocks = 256;
     let mut engine = Engine::new(exec, Some(tok.clone()), cfg).unwrap();
     let chat = |q: &str| {
-        let msgs = [infer_core::ChatMessage {
-            role: "user".into(),
-            content: q.into(),
-        }];
+        let msgs = [infer_core::ChatMessage::user(q)];
         let text = tok.apply_chat_template(&msgs, true).unwrap();
         Prompt::Tokens(tok.encode(&text, false).unwrap())
     };

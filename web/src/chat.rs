@@ -1,20 +1,19 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat template, then one
 //! engine request with `n` choices, as one JSON body or as SSE chunks (`role` first, then
-//! `content` deltas, then the finish reason).
+//! `content` and `tool_calls` deltas, then the finish reason).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use futures_util::stream::{self, Stream, StreamExt};
-use infer_api::format::{
-    chat_choice, chat_role_choices, chat_stream_choices, Reply, CHAT, CHAT_CHUNK,
-};
+use infer_api::format::{chat_role_choices, Reply, RunningUsage, CHAT, CHAT_CHUNK};
 use infer_api::prepare::PreparedChat;
+use infer_api::tools::ChatReplies;
 use serde_json::{json, Value};
 use warp::reply::{Reply as _, Response};
 
 use crate::api::{ChatRequest, Usage};
-use crate::completions::{finish, sse_data, sse_reply, sse_tail, UsageCount};
+use crate::completions::{finish, sse_data, sse_reply, sse_tail, UsageRead};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
 use crate::state::ServerState;
@@ -31,8 +30,14 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
         prompt,
         params,
         structured_param,
+        tools,
     } = state.served().chat(&req)?;
     let reply = state.reply("chatcmpl");
+    let replies = ChatReplies::new(tools, &reply.id);
+    let running = req
+        .sampling
+        .continuous_usage()
+        .then(|| RunningUsage::new(vec![prompt.len()]));
     let events = state
         .engine
         .submit(reply.id.clone(), prompt, params.clone())
@@ -41,7 +46,7 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
     if req.sampling.stream {
         let usage = req.sampling.include_usage();
         return Ok(sse_reply(chat_stream(
-            state, reply, events, params.n, usage,
+            state, reply, replies, events, params.n, usage, running,
         )));
     }
     let done = finish(events).await?;
@@ -49,7 +54,7 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
     let choices: Vec<Value> = done
         .outputs
         .iter()
-        .map(|o| chat_choice(&state.tokenizer, o))
+        .map(|o| replies.choice(&state.tokenizer, o))
         .collect();
     let usage = Usage::new(done.prompt_len, completion_tokens).with_cached(done.cached);
     Ok(warp::reply::json(&reply.response(CHAT, choices, usage)).into_response())
@@ -58,32 +63,43 @@ async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiE
 fn chat_stream(
     state: Arc<ServerState>,
     reply: Reply,
+    replies: ChatReplies,
     events: Events,
     n: usize,
     include_usage: bool,
+    mut running: Option<RunningUsage>,
 ) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
     let roles = Value::Array(chat_role_choices(n));
+    let first_usage = running.as_ref().map(|r| r.usage(0));
     let head = stream::once(std::future::ready(sse_data(
-        &reply.chunk(CHAT_CHUNK, roles, None).to_string(),
+        &reply.chunk(CHAT_CHUNK, roles, first_usage).to_string(),
     )));
-    let usage: UsageCount = Arc::default();
-    let (reply2, u2) = (reply.clone(), usage.clone());
+    let replies = Arc::new(std::sync::Mutex::new(replies));
+    let (reply2, r2) = (reply.clone(), replies.clone());
     let body = tokio_stream::wrappers::UnboundedReceiverStream::new(events).map(move |ev| {
+        if let (Some(r), Event::Output(out)) = (running.as_mut(), &ev) {
+            r.add(0, out);
+        }
+        let usage = running.as_ref().map(|r| r.usage(0));
         let choices: Vec<Value> = match ev {
             Event::Failed(why) => {
                 vec![json!({"index": 0, "delta": {}, "finish_reason": "error", "error": why})]
             }
             Event::Output(out) => {
-                let mut u = u2.lock().unwrap_or_else(|e| e.into_inner());
-                chat_stream_choices(&state.tokenizer, &out, &mut u)
+                let mut r = r2.lock().unwrap_or_else(|e| e.into_inner());
+                r.stream_choices(&state.tokenizer, &out)
             }
         };
         choices
             .into_iter()
-            .map(|c| sse_data(&reply2.chunk(CHAT_CHUNK, json!([c]), None).to_string()))
+            .map(|c| sse_data(&reply2.chunk(CHAT_CHUNK, json!([c]), usage).to_string()))
             .collect::<Vec<_>>()
     });
     let body = body.flat_map(stream::iter);
-    let tail = sse_tail(reply, CHAT_CHUNK, include_usage.then_some(usage));
+    let read: UsageRead = Box::new(move || {
+        let r = replies.lock().unwrap_or_else(|e| e.into_inner());
+        r.usage.usage()
+    });
+    let tail = sse_tail(reply, CHAT_CHUNK, include_usage.then_some(read));
     head.chain(body).chain(tail)
 }

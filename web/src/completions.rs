@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, Stream, StreamExt};
 use infer_api::format::{
-    completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, UsageCounter,
-    COMPLETION as OBJECT,
+    completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, RunningUsage,
+    UsageCounter, COMPLETION as OBJECT,
 };
 use infer_core::{CompletionOutput, TokenLogprobs};
 use serde_json::{json, Value};
@@ -89,7 +89,11 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
             .into_iter()
             .map(|c| sse_data(&reply.chunk(OBJECT, json!([c]), None).to_string()))
             .collect();
-        let body = sse_stream(state.clone(), reply, streams, n, usage);
+        let running = req
+            .sampling
+            .continuous_usage()
+            .then(|| RunningUsage::new(prompts.iter().map(Vec::len).collect()));
+        let body = sse_stream(state.clone(), reply, streams, n, usage, running);
         return Ok(sse_reply(stream::iter(head).chain(body)));
     }
     let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
@@ -114,6 +118,7 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
                 .echo
                 .then_some((&prompt_text[..], &prompts[i][..], &prompt_lps[..])),
             prompt_only: prepared.prompt_only,
+            prompt_logprobs: prepared.prompt_logprobs.then_some(&prompt_lps[..]),
         };
         for o in done.outputs {
             let (c, tokens) = choice.build(&state.tokenizer, o);
@@ -128,17 +133,19 @@ async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response
 /// (prompt, completion) tokens counted while streaming.
 pub type UsageCount = Arc<std::sync::Mutex<UsageCounter>>;
 
+/// Reads a stream's usage once its last chunk went out.
+pub type UsageRead = Box<dyn FnOnce() -> Usage + Send + Sync>;
+
 /// The end of a stream: the usage chunk when asked, then `[DONE]`.
 pub fn sse_tail(
     reply: Reply,
     object: &'static str,
-    usage: Option<UsageCount>,
+    usage: Option<UsageRead>,
 ) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
     stream::once(async move {
         let mut events = Vec::new();
         if let Some(usage) = usage {
-            let u = usage.lock().unwrap_or_else(|e| e.into_inner()).usage();
-            let u = reply.chunk(object, json!([]), Some(u));
+            let u = reply.chunk(object, json!([]), Some(usage()));
             events.push(sse_data(&u.to_string()));
         }
         events.push(sse_data("[DONE]"));
@@ -178,6 +185,7 @@ fn sse_stream(
     streams: Vec<Events>,
     n: usize,
     include_usage: bool,
+    mut running: Option<RunningUsage>,
 ) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
     let tagged = streams.into_iter().enumerate().map(|(i, rx)| {
         tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(move |ev| (i, ev))
@@ -186,6 +194,10 @@ fn sse_stream(
     let usage: UsageCount = Arc::default();
     let (reply2, usage2) = (reply.clone(), usage.clone());
     let body = merged.map(move |(i, ev)| {
+        if let (Some(r), Event::Output(out)) = (running.as_mut(), &ev) {
+            r.add(i, out);
+        }
+        let chunk_usage = running.as_ref().map(|r| r.usage(i));
         let choices: Vec<Value> = match ev {
             Event::Failed(why) => {
                 vec![json!({"index": i * n, "text": "", "finish_reason": "error", "error": why})]
@@ -197,10 +209,11 @@ fn sse_stream(
         };
         sse_data(
             &reply2
-                .chunk(OBJECT, Value::Array(choices), None)
+                .chunk(OBJECT, Value::Array(choices), chunk_usage)
                 .to_string(),
         )
     });
-    let tail = sse_tail(reply, OBJECT, include_usage.then_some(usage));
+    let read: UsageRead = Box::new(move || usage.lock().unwrap_or_else(|e| e.into_inner()).usage());
+    let tail = sse_tail(reply, OBJECT, include_usage.then_some(read));
     body.chain(tail)
 }

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use infer_api::format::Reply;
 use infer_api::prepare::Served;
+use infer_api::tools::ToolCallParser;
 use infer_core::Tokenizer;
 
 use crate::engine_loop::EngineHandle;
@@ -23,6 +24,8 @@ pub struct ServerState {
     pub started: u64,
     /// The GGUF file served, offered to the browser demo at `/browser/model.gguf`.
     pub model_file: Option<std::path::PathBuf>,
+    /// How `tool_choice: "auto"` replies are read (`None`: refused).
+    pub tool_parser: Option<ToolCallParser>,
 }
 
 pub fn unix_now() -> u64 {
@@ -50,7 +53,14 @@ impl ServerState {
             next_id: AtomicU64::new(0),
             started: unix_now(),
             model_file: None,
+            tool_parser: None,
         }
+    }
+
+    /// The tool-call parser for `tool_choice: "auto"`.
+    pub fn with_tool_parser(mut self, parser: Option<ToolCallParser>) -> Self {
+        self.tool_parser = parser;
+        self
     }
 
     /// Offers a GGUF file to the browser demo (`/browser/model.gguf`).
@@ -71,6 +81,7 @@ impl ServerState {
             tokenizer: &self.tokenizer,
             model_name: &self.model_name,
             max_model_len: self.max_model_len,
+            tool_parser: self.tool_parser,
         }
     }
 

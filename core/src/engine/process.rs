@@ -301,9 +301,11 @@ impl<E: Executor> Engine<E> {
 /// `token`'s log-probability under a raw logits row, with the row's top `k`.
 fn token_logprobs(row: &[f32], token: u32, k: usize) -> TokenLogprobs {
     let lse = log_sum_exp(row);
+    let logit = row.get(token as usize).copied();
     TokenLogprobs {
         token_id: token,
-        logprob: row.get(token as usize).map_or(f32::NAN, |l| l - lse),
+        logprob: logit.map_or(f32::NAN, |l| l - lse),
+        rank: logit.map(|l| 1 + row.iter().filter(|&&x| x > l).count()),
         top_logprobs: top_n(row, k)
             .into_iter()
             .map(|(token_id, l)| TopLogprob {

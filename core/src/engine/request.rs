@@ -87,6 +87,10 @@ pub struct TokenLogprobs {
     pub token_id: u32,
     pub logprob: f32,
     pub top_logprobs: Vec<TopLogprob>,
+    /// 1 + how many tokens were more likely; given for prompt tokens (vLLM's
+    /// `prompt_logprobs` report it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
 }
 
 /// One returned sequence of a request.

@@ -95,6 +95,7 @@ impl Ctx<'_> {
             token_id: token,
             logprob: sample.logprob.unwrap_or(f32::NAN),
             top_logprobs: top_entries(top, k),
+            rank: None,
         });
         m.logprobs.extend(entry.clone());
         let may_stop = m.output.len() >= p.min_tokens;
@@ -176,6 +177,7 @@ impl Ctx<'_> {
                         .find(|t| t.0 == c.token)
                         .map_or(f32::NAN, |t| t.1),
                     top_logprobs: top_entries(top, k),
+                    rank: None,
                 });
             }
             m

@@ -6,24 +6,51 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{InferError, Result};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One message as chat templates read it. The tool fields follow OpenAI's shapes, as HF
+/// templates expect them: an assistant's `tool_calls` (`{id, type, function: {name,
+/// arguments}}`, arguments as a JSON object) and a tool reply's `tool_call_id`. Absent fields
+/// are left out, so templates see them as undefined.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
-    pub fn user(content: impl Into<String>) -> Self {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
         ChatMessage {
-            role: "user".into(),
+            role: role.into(),
             content: content.into(),
+            ..Default::default()
         }
     }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+}
+
+/// Whether a template shows the model a request's `tools` (templates without it get them
+/// written into the system message instead).
+pub fn template_takes_tools(template: &str) -> bool {
+    template.contains("tools")
+}
+
+/// A template that does not parse, as a `ChatTemplate` error.
+pub(super) fn check(template: &str) -> Result<()> {
+    let mut env = Environment::new();
+    env.add_template("chat", template)
+        .map_err(|e| InferError::ChatTemplate(format!("{e:#}")))
 }
 
 pub(super) fn render(
     template: &str,
     messages: &[ChatMessage],
+    tools: Option<&serde_json::Value>,
     add_generation_prompt: bool,
     bos_token: &str,
     eos_token: &str,
@@ -45,6 +72,7 @@ pub(super) fn render(
     let tmpl = env.get_template("chat").map_err(err)?;
     tmpl.render(context! {
         messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+        tools => tools.map(|t| minijinja::Value::from(minijinja::value::Serde(t))),
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
@@ -145,7 +173,7 @@ mod tests {
         assert!(strftime("%Q", t).is_err());
         let (y, mo, d, ..) = now_utc();
         assert!(y >= 2025 && (1..=12).contains(&mo) && (1..=31).contains(&d));
-        let rendered = render("{{ strftime_now('%Y') }}", &[], false, "", "").unwrap();
+        let rendered = render("{{ strftime_now('%Y') }}", &[], None, false, "", "").unwrap();
         assert_eq!(rendered, y.to_string());
     }
 
@@ -153,7 +181,7 @@ mod tests {
 
     #[test]
     fn chatml_renders_with_generation_prompt() {
-        let out = render(CHATML, &[ChatMessage::user(" Hi ")], true, "", "").unwrap();
+        let out = render(CHATML, &[ChatMessage::user(" Hi ")], None, true, "", "").unwrap();
         assert_eq!(
             out,
             "<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -161,17 +189,27 @@ mod tests {
     }
 
     #[test]
+    fn tools_render_in_the_order_given_and_with_indent() {
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
+        let t =
+            "{% if tools %}{{ tools[0] | tojson }}|{{ tools[0] | tojson(indent=2) }}{% endif %}";
+        let out = render(t, &[], Some(&tools), false, "", "").unwrap();
+        assert_eq!(
+            out,
+            "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}|{\n  \"type\": \"function\",\n  \"function\": {\n    \"name\": \"f\"\n  }\n}"
+        );
+        assert_eq!(render(t, &[], None, false, "", "").unwrap(), "");
+    }
+
+    #[test]
     fn raise_exception_and_python_methods_work() {
         let t = "{% if messages[0].role.startswith('x') %}{{ raise_exception('bad role') }}{% endif %}{{ messages[0].content.strip() }}";
         assert_eq!(
-            render(t, &[ChatMessage::user(" a ")], false, "", "").unwrap(),
+            render(t, &[ChatMessage::user(" a ")], None, false, "", "").unwrap(),
             "a"
         );
-        let bad = [ChatMessage {
-            role: "xx".into(),
-            content: String::new(),
-        }];
-        let e = render(t, &bad, false, "", "").unwrap_err();
+        let bad = [ChatMessage::new("xx", "")];
+        let e = render(t, &bad, None, false, "", "").unwrap_err();
         assert!(e.to_string().contains("bad role"), "{e}");
     }
 }

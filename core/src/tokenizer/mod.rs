@@ -8,7 +8,7 @@ mod spm;
 
 use std::path::Path;
 
-pub use chat::ChatMessage;
+pub use chat::{template_takes_tools, ChatMessage};
 pub use detokenizer::IncrementalDetokenizer;
 
 use crate::error::{InferError, Result};
@@ -143,11 +143,29 @@ impl Tokenizer {
         self.chat_template.as_deref()
     }
 
+    /// Replaces the model's chat template (vLLM's `--chat-template`), checking that it parses.
+    pub fn with_chat_template(mut self, template: String) -> Result<Self> {
+        chat::check(&template)?;
+        self.chat_template = Some(template);
+        Ok(self)
+    }
+
     /// Renders messages with the model's chat template. The result already holds the template's
     /// special tokens, so encode it with `add_special_tokens = false` (as vLLM does).
     pub fn apply_chat_template(
         &self,
         messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.apply_chat_template_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// As `apply_chat_template`, with OpenAI's `tools` (a list of `{type, function}`) handed to
+    /// the template as `tools`, as HF's `apply_chat_template(tools=...)` does.
+    pub fn apply_chat_template_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
         let template = self.chat_template.as_deref().ok_or_else(|| {
@@ -158,6 +176,7 @@ impl Tokenizer {
         chat::render(
             template,
             messages,
+            tools,
             add_generation_prompt,
             self.bos_token.as_deref().unwrap_or(""),
             self.eos_token.as_deref().unwrap_or(""),

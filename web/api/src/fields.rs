@@ -3,6 +3,7 @@
 //! template takes them (content parts joined, other part types refused by position).
 
 use infer_core::{ChatMessage, SamplingParams};
+use serde_json::{json, Value};
 
 use crate::prepare::RequestError;
 use crate::types::{
@@ -27,8 +28,8 @@ pub fn check_extra_fields(
     }
 }
 
-/// Shared by both endpoints: unknown fields, the structured-output constraint and stream
-/// options this server does not implement.
+/// Shared by both endpoints: unknown fields, stream options that mean nothing as given, and
+/// the structured-output constraint.
 pub(crate) fn apply_common(
     extra: &serde_json::Map<String, serde_json::Value>,
     structured: &StructuredFields,
@@ -36,13 +37,19 @@ pub(crate) fn apply_common(
     params: &mut SamplingParams,
 ) -> Result<Option<&'static str>, RequestError> {
     check_extra_fields(extra)?;
+    if sampling.stream_options.is_some() && !sampling.stream {
+        return Err(
+            RequestError::bad_request("`stream_options` needs `stream: true`")
+                .param("stream_options"),
+        );
+    }
     if sampling
         .stream_options
         .as_ref()
-        .is_some_and(|o| o.continuous_usage_stats)
+        .is_some_and(|o| o.continuous_usage_stats && !o.include_usage)
     {
         return Err(RequestError::bad_request(
-            "`continuous_usage_stats` is not supported yet; use `include_usage` for usage on the last chunk",
+            "`continuous_usage_stats` needs `include_usage: true` (as in vLLM)",
         )
         .param("stream_options"));
     }
@@ -84,7 +91,42 @@ pub fn chat_messages(messages: &[ChatMessageIn]) -> Result<Vec<ChatMessage>, Req
         out.push(ChatMessage {
             role: m.role.clone(),
             content,
+            tool_calls: past_calls(i, m)?,
+            tool_call_id: m.tool_call_id.clone(),
         });
     }
     Ok(out)
+}
+
+/// An assistant's past calls as templates read them: arguments as a JSON object (HF
+/// templates write `arguments | tojson`), not the string OpenAI carries them in.
+fn past_calls(i: usize, m: &ChatMessageIn) -> Result<Option<Vec<Value>>, RequestError> {
+    let Some(calls) = &m.tool_calls else {
+        return Ok(None);
+    };
+    if m.role != "assistant" {
+        return Err(RequestError::bad_request(format!(
+            "only assistant messages carry `tool_calls`, not `{}`",
+            m.role
+        ))
+        .param(&format!("messages[{i}].tool_calls")));
+    }
+    let mut out = Vec::with_capacity(calls.len());
+    for (j, c) in calls.iter().enumerate() {
+        let raw = c.function.arguments.trim();
+        let arguments: Value = if raw.is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(raw).map_err(|e| {
+                RequestError::bad_request(format!("the arguments are not JSON: {e}"))
+                    .param(&format!("messages[{i}].tool_calls[{j}].function.arguments"))
+            })?
+        };
+        out.push(json!({
+            "id": c.id,
+            "type": c.kind.as_deref().unwrap_or("function"),
+            "function": {"name": c.function.name, "arguments": arguments},
+        }));
+    }
+    Ok(Some(out))
 }

@@ -66,6 +66,53 @@ impl UsageCounter {
     }
 }
 
+/// vLLM's `stream_options.continuous_usage_stats`: usage on every chunk, counted per prompt
+/// (its tokens, and the completion tokens of its choices so far).
+#[derive(Debug, Clone, Default)]
+pub struct RunningUsage {
+    prompt: Vec<usize>,
+    completion: Vec<usize>,
+}
+
+impl RunningUsage {
+    pub fn new(prompt_lens: Vec<usize>) -> Self {
+        let completion = vec![0; prompt_lens.len()];
+        RunningUsage {
+            prompt: prompt_lens,
+            completion,
+        }
+    }
+
+    /// Counts the tokens one engine output of prompt `i` adds.
+    pub fn add(&mut self, i: usize, out: &RequestOutput) {
+        let Some(c) = self.completion.get_mut(i) else {
+            return;
+        };
+        if out.deltas.is_empty() {
+            // Outputs known only at the end (best_of > n).
+            *c += out
+                .outputs
+                .iter()
+                .flatten()
+                .map(|o| o.token_ids.len())
+                .sum::<usize>();
+        } else {
+            *c += out
+                .deltas
+                .iter()
+                .map(|d| d.new_token_ids.len())
+                .sum::<usize>();
+        }
+    }
+
+    pub fn usage(&self, i: usize) -> Usage {
+        Usage::new(
+            self.prompt.get(i).copied().unwrap_or(0),
+            self.completion.get(i).copied().unwrap_or(0),
+        )
+    }
+}
+
 fn piece(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id], false).unwrap_or_default()
 }
@@ -241,6 +288,33 @@ pub fn chat_choice(tok: &Tokenizer, o: &CompletionOutput) -> Value {
 /// An echoed prompt: its text, token ids and their logprobs (the first is `None`).
 pub type Echo<'a> = (&'a str, &'a [u32], &'a [Option<TokenLogprobs>]);
 
+/// vLLM's `prompt_logprobs`: `null` for the first token, then for each a map from token id
+/// to `{logprob, rank, decoded_token}` holding the prompt's token and the top alternatives.
+pub fn prompt_logprobs(tok: &Tokenizer, lps: &[Option<TokenLogprobs>]) -> Value {
+    let entry = |id: u32, logprob: f32, rank: Option<usize>| {
+        (
+            id.to_string(),
+            json!({"logprob": logprob, "rank": rank, "decoded_token": piece(tok, id)}),
+        )
+    };
+    let positions: Vec<Value> = lps
+        .iter()
+        .map(|lp| {
+            lp.as_ref().map_or(Value::Null, |lp| {
+                let mut map = serde_json::Map::new();
+                for (r, t) in lp.top_logprobs.iter().enumerate() {
+                    let (k, v) = entry(t.token_id, t.logprob, Some(r + 1));
+                    map.insert(k, v);
+                }
+                let (k, v) = entry(lp.token_id, lp.logprob, lp.rank);
+                map.insert(k, v);
+                Value::Object(map)
+            })
+        })
+        .collect();
+    Value::Array(positions)
+}
+
 /// A finished completion choice; `echo` puts the prompt's text (and with logprobs its
 /// tokens' logprobs) first, `prompt_only` drops the one token generated to score the prompt.
 pub struct CompletionChoice<'a> {
@@ -248,6 +322,8 @@ pub struct CompletionChoice<'a> {
     pub n: usize,
     pub echo: Option<Echo<'a>>,
     pub prompt_only: bool,
+    /// vLLM's `prompt_logprobs` of the choice's prompt, when asked for.
+    pub prompt_logprobs: Option<&'a [Option<TokenLogprobs>]>,
 }
 
 impl CompletionChoice<'_> {
@@ -269,6 +345,7 @@ impl CompletionChoice<'_> {
             "logprobs": logprobs,
             "finish_reason": if self.prompt_only { "length" } else { finish_reason(o.finish_reason) },
             "stop_reason": o.stop_reason.as_ref().map(|s| format!("{s:?}")),
+            "prompt_logprobs": self.prompt_logprobs.map(|lps| prompt_logprobs(tok, lps)),
         });
         (choice, o.token_ids.len())
     }

@@ -7,6 +7,8 @@ pub mod fields;
 pub mod format;
 pub mod prepare;
 pub mod structured;
+pub mod tokenize;
+pub mod tools;
 pub mod types;
 
 pub use prepare::RequestError;

@@ -6,9 +6,8 @@ use infer_core::{ChatMessage, InferError, SamplingParams, Tokenizer};
 
 use crate::fields::apply_common;
 pub use crate::fields::{chat_messages, check_extra_fields};
-use crate::types::{
-    ChatRequest, CompletionRequest, DetokenizeRequest, PromptInput, TokenizeRequest,
-};
+use crate::tools::{self, prompt::write_into_messages, CallFormat, ToolCallParser, ToolPlan};
+use crate::types::{ChatRequest, CompletionRequest, PromptInput};
 
 /// A request that cannot be served, with the HTTP status OpenAI's API would answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,77 +109,8 @@ pub struct Served<'a> {
     pub tokenizer: &'a Tokenizer,
     pub model_name: &'a str,
     pub max_model_len: usize,
-}
-
-impl Served<'_> {
-    /// vLLM's `/tokenize` reply: `{count, max_model_len, tokens}` (+ `token_strs`).
-    pub fn tokenize(&self, req: &TokenizeRequest) -> Result<serde_json::Value, RequestError> {
-        self.check_model(req.model.as_deref())?;
-        let tokens = match (&req.prompt, &req.messages) {
-            (Some(prompt), None) => self
-                .tokenizer
-                .encode(prompt, req.add_special_tokens.unwrap_or(true))?,
-            (None, Some(messages)) => {
-                let messages = chat_messages(messages)?;
-                let text = self.render(
-                    &messages,
-                    req.add_generation_prompt,
-                    req.continue_final_message,
-                )?;
-                self.tokenizer
-                    .encode(&text, req.add_special_tokens.unwrap_or(false))?
-            }
-            _ => {
-                return Err(RequestError::bad_request(
-                    "send exactly one of `prompt` and `messages`",
-                )
-                .param("prompt"))
-            }
-        };
-        let mut reply = serde_json::json!({
-            "count": tokens.len(),
-            "max_model_len": self.max_model_len,
-            "tokens": tokens,
-        });
-        if req.return_token_strs {
-            let strs: Vec<Option<String>> = tokens
-                .iter()
-                .map(|&t| self.tokenizer.id_to_token(t))
-                .collect();
-            reply["token_strs"] = serde_json::json!(strs);
-        }
-        Ok(reply)
-    }
-
-    /// vLLM's `GET /tokenizer_info`: what a client needs to tokenize and template as the
-    /// server does (lm-evaluation-harness's remote tokenizer reads it).
-    pub fn tokenizer_info(&self) -> serde_json::Value {
-        let t = self.tokenizer;
-        serde_json::json!({
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": t.bos_token(),
-            "eos_token": t.eos_token(),
-            "pad_token": null,
-            "chat_template": t.chat_template(),
-            "model_max_length": self.max_model_len,
-            "vocab_size": t.vocab_size(),
-            "eos_token_ids": t.eos_token_ids(),
-        })
-    }
-
-    /// vLLM's `/detokenize` reply: `{prompt}`; ids outside the vocabulary are a 400.
-    pub fn detokenize(&self, req: &DetokenizeRequest) -> Result<serde_json::Value, RequestError> {
-        self.check_model(req.model.as_deref())?;
-        let vocab = self.tokenizer.vocab_size() as u32;
-        if let Some(t) = req.tokens.iter().find(|&&t| t >= vocab) {
-            return Err(RequestError::bad_request(format!(
-                "token {t} is outside the vocabulary of {vocab}"
-            ))
-            .param("tokens"));
-        }
-        let text = self.tokenizer.decode(&req.tokens, false)?;
-        Ok(serde_json::json!({ "prompt": text }))
-    }
+    /// How replies are read for tool calls with `tool_choice: "auto"` (`None`: refused).
+    pub tool_parser: Option<ToolCallParser>,
 }
 
 /// A completion request ready for the engine: one prompt per engine request.
@@ -191,6 +121,8 @@ pub struct PreparedCompletion {
     pub structured_param: Option<&'static str>,
     /// `echo` with `max_tokens: 0`: score the prompt alone (the one generated token is dropped).
     pub prompt_only: bool,
+    /// vLLM's `prompt_logprobs` asked for: each choice carries them.
+    pub prompt_logprobs: bool,
 }
 
 /// A chat request ready for the engine.
@@ -198,6 +130,8 @@ pub struct PreparedChat {
     pub prompt: Vec<u32>,
     pub params: SamplingParams,
     pub structured_param: Option<&'static str>,
+    /// How the replies are read for tool calls (`None`: plain text).
+    pub tools: Option<ToolPlan>,
 }
 
 impl Served<'_> {
@@ -276,6 +210,20 @@ impl Served<'_> {
         if req.echo && req.logprobs.is_some() {
             params.prompt_logprobs = req.logprobs;
         }
+        if let Some(k) = req.prompt_logprobs {
+            let bad = |msg: &str| Err(RequestError::bad_request(msg).param("prompt_logprobs"));
+            if req.sampling.stream {
+                return bad(
+                    "`prompt_logprobs` is not supported when streaming; send `stream: false`",
+                );
+            }
+            if params.prompt_logprobs.is_some_and(|e| e != k) {
+                return bad(
+                    "`prompt_logprobs` must equal `logprobs` when `echo` also scores the prompt",
+                );
+            }
+            params.prompt_logprobs = Some(k);
+        }
         let structured_param =
             apply_common(&req.extra, &req.structured, &req.sampling, &mut params)?;
         params.validate()?;
@@ -287,6 +235,7 @@ impl Served<'_> {
             params,
             structured_param,
             prompt_only,
+            prompt_logprobs: req.prompt_logprobs.is_some(),
         })
     }
 
@@ -295,9 +244,16 @@ impl Served<'_> {
         if req.messages.is_empty() {
             return Err(RequestError::bad_request("`messages` is empty").param("messages"));
         }
+        let tools = tools::setup(
+            req.tools.as_deref(),
+            req.tool_choice.as_ref(),
+            req.parallel_tool_calls,
+            self.tool_parser,
+        )?;
         let messages = chat_messages(&req.messages)?;
         let text = self.render(
-            &messages,
+            messages,
+            tools.shown.as_ref(),
             req.add_generation_prompt,
             req.continue_final_message,
         )?;
@@ -306,28 +262,63 @@ impl Served<'_> {
         let max_tokens = req.max_completion_tokens.or(req.max_tokens);
         let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
         let mut params = req.sampling.to_params(max_tokens, logprobs)?;
-        let structured_param =
+        let mut structured_param =
             apply_common(&req.extra, &req.structured, &req.sampling, &mut params)?;
+        if let Some(constraint) = tools.constraint {
+            if let Some(other) = structured_param {
+                return Err(RequestError::bad_request(format!(
+                    "this tool_choice constrains the output to a call; it cannot be combined with `{other}`"
+                ))
+                .param("tool_choice"));
+            }
+            params.structured_outputs = Some(constraint);
+            structured_param = Some("tools");
+        }
+        let hermes = CallFormat::Parsed(ToolCallParser::Hermes);
+        if tools.plan.as_ref().is_some_and(|p| p.format == hermes)
+            && req.sampling.skip_special_tokens.is_none()
+            && self.tokenizer.token_to_id("<tool_call>").is_some()
+        {
+            // Models trained on Hermes's format have `<tool_call>` as a special token: keep
+            // it in the text, where the parser looks for it (vLLM does the same).
+            params.skip_special_tokens = false;
+        }
         params.validate()?;
         self.check_length(prompt.len(), max_tokens)?;
         Ok(PreparedChat {
             prompt,
             params,
             structured_param,
+            tools: tools.plan,
         })
     }
 
     /// The prompt text: the template with a new assistant turn opened, or (vLLM's
     /// `continue_final_message`) cut right after the last message so the reply continues it.
-    fn render(
+    /// `tools` go to the template, or into the messages for a template that does not take them.
+    pub(crate) fn render(
         &self,
-        messages: &[ChatMessage],
+        messages: Vec<ChatMessage>,
+        tools: Option<&serde_json::Value>,
         add_generation_prompt: Option<bool>,
         continue_final_message: bool,
     ) -> Result<String, RequestError> {
+        let takes_tools = self
+            .tokenizer
+            .chat_template()
+            .is_some_and(infer_core::template_takes_tools);
+        let (messages, tools) = if takes_tools {
+            (messages, tools)
+        } else {
+            let parser = self.tool_parser.unwrap_or(ToolCallParser::Hermes);
+            (write_into_messages(messages, tools, parser), None)
+        };
+        let template = |open: bool| {
+            self.tokenizer
+                .apply_chat_template_with_tools(&messages, tools, open)
+        };
         if !continue_final_message {
-            let open = add_generation_prompt.unwrap_or(true);
-            return Ok(self.tokenizer.apply_chat_template(messages, open)?);
+            return Ok(template(add_generation_prompt.unwrap_or(true))?);
         }
         if add_generation_prompt == Some(true) {
             return Err(RequestError::bad_request(
@@ -339,7 +330,7 @@ impl Served<'_> {
             .last()
             .map(|m| m.content.as_str())
             .unwrap_or_default();
-        let text = self.tokenizer.apply_chat_template(messages, false)?;
+        let text = template(false)?;
         match text.rfind(last) {
             Some(at) if !last.is_empty() => Ok(text[..at + last.len()].to_string()),
             _ => Err(RequestError::bad_request(

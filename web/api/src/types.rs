@@ -8,6 +8,7 @@ use infer_core::{InferError, SamplingParams};
 use serde::{Deserialize, Serialize};
 
 pub use crate::structured::StructuredFields;
+pub use crate::tools::{Tool, ToolCallIn, ToolChoice};
 
 /// `prompt` of `/v1/completions`: a string, strings, token ids or lists of token ids.
 #[derive(Debug, Clone, Deserialize)]
@@ -139,6 +140,13 @@ impl SamplingFields {
             .as_ref()
             .is_some_and(|o| o.include_usage)
     }
+
+    /// vLLM: usage on every chunk (with `include_usage`).
+    pub fn continuous_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage && o.continuous_usage_stats)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -150,6 +158,9 @@ pub struct CompletionRequest {
     pub logprobs: Option<usize>,
     #[serde(default)]
     pub echo: bool,
+    /// vLLM: each prompt token's logprob, rank and the top alternatives, in the choice's
+    /// `prompt_logprobs`.
+    pub prompt_logprobs: Option<usize>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     #[serde(flatten)]
@@ -185,6 +196,12 @@ pub struct ChatMessageIn {
     /// A participant's name: accepted, not shown to the model (as vLLM with most templates).
     #[serde(default, skip_serializing)]
     pub name: Option<String>,
+    /// An assistant's past calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+    /// A tool result's call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -200,6 +217,9 @@ pub struct ChatRequest {
     /// vLLM: the reply continues the last (assistant) message instead of starting a new one.
     #[serde(default)]
     pub continue_final_message: bool,
+    pub tools: Option<Vec<Tool>>,
+    pub tool_choice: Option<ToolChoice>,
+    pub parallel_tool_calls: Option<bool>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     #[serde(flatten)]
@@ -266,6 +286,9 @@ pub struct TokenizeRequest {
     pub prompt: Option<String>,
     #[serde(default)]
     pub messages: Option<Vec<ChatMessageIn>>,
+    /// Messages only: tools shown to the model, as a chat request's `tools`.
+    #[serde(default)]
+    pub tools: Option<Vec<Tool>>,
     /// Default: true for a prompt, false for messages (the template holds them), as vLLM.
     #[serde(default)]
     pub add_special_tokens: Option<bool>,

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use infer_api::format::{
-    chat_choice, chat_role_choices, chat_stream_choices, completion_echo_choices,
-    completion_stream_choices, CompletionChoice, Reply, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
+    chat_role_choices, completion_echo_choices, completion_stream_choices, CompletionChoice, Reply,
+    RunningUsage, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
 };
 use infer_api::prepare::{PreparedChat, Served};
+use infer_api::tools::{ChatReplies, ToolCallParser};
 use infer_api::{ChatRequest, CompletionRequest, RequestError, Usage};
 use infer_core::{CompletionOutput, RequestOutput, SamplingParams, TokenLogprobs, Tokenizer};
 use serde::Serialize;
@@ -49,11 +50,13 @@ struct Finished {
 }
 
 enum Kind {
-    Chat,
+    /// Replies read for tool calls as they come; its usage counts the request's.
+    Chat(Box<ChatReplies>),
     Completion {
         prompts: Vec<Vec<u32>>,
         echo: bool,
         prompt_only: bool,
+        prompt_logprobs: bool,
     },
 }
 
@@ -63,6 +66,8 @@ struct Active {
     n: usize,
     stream: bool,
     include_usage: bool,
+    /// `continuous_usage_stats`: usage on every chunk.
+    running: Option<RunningUsage>,
     usage: UsageCounter,
     /// One slot per engine request (per prompt), filled as each finishes.
     finished: Vec<Option<Finished>>,
@@ -138,6 +143,7 @@ impl Session {
             tokenizer: &self.tokenizer,
             model_name: &self.model_name,
             max_model_len: self.max_model_len,
+            tool_parser: ToolCallParser::detect(self.tokenizer.chat_template()),
         }
     }
 
@@ -158,61 +164,72 @@ impl Session {
         endpoint: &str,
         body: &str,
     ) -> Result<(String, Vec<EngineRequest>, Vec<Event>), RequestError> {
-        let (reply, kind, prompts, params, structured_param, stream, include_usage) = match endpoint
-        {
-            "chat" => {
-                let req: ChatRequest = serde_json::from_str(body).map_err(body_error)?;
-                let PreparedChat {
-                    prompt,
-                    params,
-                    structured_param,
-                } = self.served().chat(&req)?;
-                let usage = req.sampling.include_usage();
-                let reply = self.reply("chatcmpl");
-                (
-                    reply,
-                    Kind::Chat,
-                    vec![prompt],
-                    params,
-                    structured_param,
-                    req.sampling.stream,
-                    usage,
-                )
-            }
-            "completion" => {
-                let req: CompletionRequest = serde_json::from_str(body).map_err(body_error)?;
-                let p = self.served().completion(&req)?;
-                let kind = Kind::Completion {
-                    prompts: p.prompts.clone(),
-                    echo: req.echo,
-                    prompt_only: p.prompt_only,
-                };
-                let usage = req.sampling.include_usage();
-                let reply = self.reply("cmpl");
-                let structured = p.structured_param;
-                (
-                    reply,
-                    kind,
-                    p.prompts,
-                    p.params,
-                    structured,
-                    req.sampling.stream,
-                    usage,
-                )
-            }
-            other => {
-                return Err(RequestError::bad_request(format!(
-                    "unknown endpoint `{other}` (chat or completion)"
-                )))
-            }
-        };
+        let (reply, kind, prompts, params, structured_param, stream, (include_usage, continuous)) =
+            match endpoint {
+                "chat" => {
+                    let req: ChatRequest = serde_json::from_str(body).map_err(body_error)?;
+                    let PreparedChat {
+                        prompt,
+                        params,
+                        structured_param,
+                        tools,
+                    } = self.served().chat(&req)?;
+                    let usage = (
+                        req.sampling.include_usage(),
+                        req.sampling.continuous_usage(),
+                    );
+                    let reply = self.reply("chatcmpl");
+                    let replies = ChatReplies::new(tools, &reply.id);
+                    (
+                        reply,
+                        Kind::Chat(Box::new(replies)),
+                        vec![prompt],
+                        params,
+                        structured_param,
+                        req.sampling.stream,
+                        usage,
+                    )
+                }
+                "completion" => {
+                    let req: CompletionRequest = serde_json::from_str(body).map_err(body_error)?;
+                    let p = self.served().completion(&req)?;
+                    let kind = Kind::Completion {
+                        prompts: p.prompts.clone(),
+                        echo: req.echo,
+                        prompt_only: p.prompt_only,
+                        prompt_logprobs: p.prompt_logprobs,
+                    };
+                    let usage = (
+                        req.sampling.include_usage(),
+                        req.sampling.continuous_usage(),
+                    );
+                    let reply = self.reply("cmpl");
+                    let structured = p.structured_param;
+                    (
+                        reply,
+                        kind,
+                        p.prompts,
+                        p.params,
+                        structured,
+                        req.sampling.stream,
+                        usage,
+                    )
+                }
+                other => {
+                    return Err(RequestError::bad_request(format!(
+                        "unknown endpoint `{other}` (chat or completion)"
+                    )))
+                }
+            };
         let id = reply.id.clone();
         let n = params.n;
+        let running = continuous.then(|| RunningUsage::new(prompts.iter().map(Vec::len).collect()));
         let mut first = Vec::new();
         if stream {
             let head = match &kind {
-                Kind::Chat => {
-                    vec![reply.chunk(CHAT_CHUNK, Value::Array(chat_role_choices(n)), None)]
+                Kind::Chat(_) => {
+                    let usage = running.as_ref().map(|r| r.usage(0));
+                    vec![reply.chunk(CHAT_CHUNK, Value::Array(chat_role_choices(n)), usage)]
                 }
                 Kind::Completion {
                     prompts,
@@ -247,6 +264,7 @@ impl Session {
                 n,
                 stream,
                 include_usage,
+                running,
                 usage: UsageCounter::default(),
                 finished: engine.iter().map(|_| None).collect(),
             },
@@ -298,22 +316,26 @@ impl Session {
         };
         let mut events = Vec::new();
         if a.stream {
-            let (object, choices) = match a.kind {
-                Kind::Chat => (CHAT_CHUNK, chat_stream_choices(&tok, &out, &mut a.usage)),
+            if let Some(r) = a.running.as_mut() {
+                r.add(index, &out);
+            }
+            let usage = a.running.as_ref().map(|r| r.usage(index));
+            let (object, choices) = match &mut a.kind {
+                Kind::Chat(replies) => (CHAT_CHUNK, replies.stream_choices(&tok, &out)),
                 Kind::Completion { .. } => (
                     COMPLETION,
                     completion_stream_choices(&tok, &out, index, a.n, &mut a.usage),
                 ),
             };
             // Chat sends each choice in a chunk of its own, completions one chunk per output.
-            let chunks: Vec<Value> = if matches!(a.kind, Kind::Chat) {
+            let chunks: Vec<Value> = if matches!(a.kind, Kind::Chat(_)) {
                 choices.into_iter().map(|c| json!([c])).collect()
             } else {
                 vec![Value::Array(choices)]
             };
             events.extend(chunks.into_iter().map(|c| Event::Chunk {
                 id: client.clone(),
-                chunk: a.reply.chunk(object, c, None),
+                chunk: a.reply.chunk(object, c, usage),
             }));
         }
         if let (Some(outputs), Some(slot)) = (out.outputs, a.finished.get_mut(index)) {
@@ -338,11 +360,11 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
     let mut events = Vec::new();
     if a.stream {
         if a.include_usage {
-            let object = match a.kind {
-                Kind::Chat => CHAT_CHUNK,
-                Kind::Completion { .. } => COMPLETION,
+            let (object, usage) = match &a.kind {
+                Kind::Chat(replies) => (CHAT_CHUNK, replies.usage.usage()),
+                Kind::Completion { .. } => (COMPLETION, a.usage.usage()),
             };
-            let chunk = a.reply.chunk(object, json!([]), Some(a.usage.usage()));
+            let chunk = a.reply.chunk(object, json!([]), Some(usage));
             events.push(Event::Chunk {
                 id: id.to_string(),
                 chunk,
@@ -360,11 +382,11 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
     let cached = finished.iter().map(|f| f.cached).sum();
     let (mut choices, mut completion_tokens) = (Vec::new(), 0);
     let object = match &a.kind {
-        Kind::Chat => {
+        Kind::Chat(replies) => {
             for f in &finished {
                 for o in &f.outputs {
                     completion_tokens += o.token_ids.len();
-                    choices.push(chat_choice(tok, o));
+                    choices.push(replies.choice(tok, o));
                 }
             }
             CHAT
@@ -373,6 +395,7 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
             prompts,
             echo,
             prompt_only,
+            prompt_logprobs,
         } => {
             for (i, f) in finished.into_iter().enumerate() {
                 let text = if *echo {
@@ -385,6 +408,7 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
                     n: a.n,
                     echo: echo.then_some((&text[..], &prompts[i][..], &f.prompt_logprobs[..])),
                     prompt_only: *prompt_only,
+                    prompt_logprobs: prompt_logprobs.then_some(&f.prompt_logprobs[..]),
                 };
                 for o in f.outputs {
                     let (c, tokens) = choice.build(tok, o);

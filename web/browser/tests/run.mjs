@@ -205,6 +205,27 @@ await check('structured outputs in the browser: guided choice and a JSON schema,
   assertEq(r.finish, 'stop', 'finish_reason');
 });
 
+await check('tool calls in the browser: tool_choice required parses, streamed deltas reassemble into the JSON reply', async () => {
+  const r = await page.evaluate(async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'], additionalProperties: false } } }];
+    const body = { messages: [{ role: 'user', content: 'What is the weather in Paris?' }], tools, tool_choice: 'required', max_tokens: 32, temperature: 0 };
+    const json = await window.engine.chat.completions.create(body);
+    const stream = await window.engine.chat.completions.create({ ...body, stream: true });
+    let name = '', args = '', finish = null;
+    for await (const c of stream) {
+      for (const ch of c.choices) {
+        for (const d of ch.delta.tool_calls || []) { name += d.function.name || ''; args += d.function.arguments || ''; }
+        finish = ch.finish_reason || finish;
+      }
+    }
+    return { choice: json.choices[0], name, args, finish };
+  });
+  const call = r.choice.message.tool_calls[0];
+  assertEq([call.function.name, r.choice.finish_reason, r.choice.message.content], ['get_weather', 'tool_calls', null], 'call');
+  if (typeof JSON.parse(call.function.arguments).city !== 'string') throw new Error(`arguments ${call.function.arguments}`);
+  assertEq([r.name, r.args, r.finish], [call.function.name, call.function.arguments, 'tool_calls'], 'streamed');
+});
+
 await check('bad parameters are refused with a 400 naming them, unknown createEngine options by name', async () => {
   const e = await page.evaluate(async () => {
     try { await window.engine.completions.create({ prompt: 'x', temperature: -1 }); return null; } catch (e) { return { status: e.status, param: e.param, message: e.message }; }

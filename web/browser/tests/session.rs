@@ -7,12 +7,7 @@ use infer_core::{Engine, EngineConfig, LlamaExecutor, PreemptionMode, SchedulerC
 use infer_cpu::CpuBackend;
 use serde_json::{json, Value};
 
-fn run(
-    session: &mut Session,
-    engine: &mut Engine<LlamaExecutor<CpuBackend>>,
-    endpoint: &str,
-    body: Value,
-) -> Vec<Event> {
+fn run(session: &mut Session, engine: &mut CpuEngine, endpoint: &str, body: Value) -> Vec<Event> {
     let (_, requests, mut events) = session.prepare(endpoint, &body.to_string()).unwrap();
     for r in requests {
         engine.add_request(r.id, r.prompt, r.params).unwrap();
@@ -25,8 +20,9 @@ fn run(
     events
 }
 
-#[test]
-fn session_streams_and_replies_like_the_server() {
+type CpuEngine = Engine<LlamaExecutor<CpuBackend>>;
+
+fn engine_and_session() -> (CpuEngine, Session) {
     let (model, tokenizer) = infer_tests::smollm2_shared();
     let config = EngineConfig {
         block_size: 16,
@@ -41,8 +37,23 @@ fn session_streams_and_replies_like_the_server() {
         },
     };
     let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0).unwrap();
-    let mut engine = Engine::new(exec, Some(tokenizer.clone()), config).unwrap();
-    let mut session = Session::new(tokenizer, "smollm2".into(), 2048);
+    let engine = Engine::new(exec, Some(tokenizer.clone()), config).unwrap();
+    (engine, Session::new(tokenizer, "smollm2".into(), 2048))
+}
+
+fn chunks(events: &[Event]) -> Vec<&Value> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Chunk { chunk, .. } => Some(chunk),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn session_streams_and_replies_like_the_server() {
+    let (mut engine, mut session) = engine_and_session();
 
     let body = json!({"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 10, "temperature": 0});
     let events = run(&mut session, &mut engine, "chat", body.clone());
@@ -65,13 +76,7 @@ fn session_streams_and_replies_like_the_server() {
     streamed["stream"] = json!(true);
     streamed["stream_options"] = json!({"include_usage": true});
     let events = run(&mut session, &mut engine, "chat", streamed);
-    let chunks: Vec<&Value> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Chunk { chunk, .. } => Some(chunk),
-            _ => None,
-        })
-        .collect();
+    let chunks = chunks(&events);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let joined: String = chunks
         .iter()
@@ -192,4 +197,54 @@ fn tokenize_and_detokenize_answer_like_the_server() {
         )
         .unwrap();
     assert_eq!(r["tokens"], json!(tokenizer.encode("x", true).unwrap()));
+}
+
+#[test]
+fn session_reads_tool_calls_like_the_server() {
+    let (mut engine, mut session) = engine_and_session();
+    let body = json!({
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+            "required": ["city"], "additionalProperties": false}}}],
+        "tool_choice": "required", "max_tokens": 40, "temperature": 0,
+    });
+    let events = run(&mut session, &mut engine, "chat", body.clone());
+    let Some(Event::Done {
+        response: Some(reply),
+        ..
+    }) = events.last()
+    else {
+        panic!("{events:?}");
+    };
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{reply}");
+    assert_eq!(choice["message"]["content"], Value::Null);
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather");
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].is_string(), "{args}");
+
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let events = run(&mut session, &mut engine, "chat", streamed);
+    let (mut name, mut arguments, mut finish) = (String::new(), String::new(), Value::Null);
+    for c in chunks(&events) {
+        let choice = &c["choices"][0];
+        for d in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            name += d["function"]["name"].as_str().unwrap_or("");
+            arguments += d["function"]["arguments"].as_str().unwrap_or("");
+        }
+        if !choice["finish_reason"].is_null() {
+            finish = choice["finish_reason"].clone();
+        }
+    }
+    assert_eq!(name, "get_weather");
+    assert_eq!(arguments, call["function"]["arguments"].as_str().unwrap());
+    assert_eq!(finish, "tool_calls");
 }

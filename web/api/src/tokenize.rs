@@ -1,0 +1,91 @@
+//! vLLM's tokenizer endpoints as the served model answers them: `/tokenize` (a prompt, or
+//! chat messages through the template), `/detokenize` and `/tokenizer_info`.
+
+use crate::prepare::{chat_messages, RequestError, Served};
+use crate::tools;
+use crate::types::{DetokenizeRequest, TokenizeRequest};
+
+impl Served<'_> {
+    /// vLLM's `/tokenize` reply: `{count, max_model_len, tokens}` (+ `token_strs`).
+    pub fn tokenize(&self, req: &TokenizeRequest) -> Result<serde_json::Value, RequestError> {
+        self.check_model(req.model.as_deref())?;
+        let tokens = match (&req.prompt, &req.messages) {
+            (Some(_), None) if req.tools.is_some() => {
+                return Err(RequestError::bad_request(
+                    "`tools` go with `messages` (the template shows them), not with `prompt`",
+                )
+                .param("tools"))
+            }
+            (Some(prompt), None) => self
+                .tokenizer
+                .encode(prompt, req.add_special_tokens.unwrap_or(true))?,
+            (None, Some(messages)) => {
+                let messages = chat_messages(messages)?;
+                let tools = match &req.tools {
+                    Some(t) if !t.is_empty() => {
+                        tools::check_tools(t)?;
+                        Some(serde_json::json!(t))
+                    }
+                    _ => None,
+                };
+                let text = self.render(
+                    messages,
+                    tools.as_ref(),
+                    req.add_generation_prompt,
+                    req.continue_final_message,
+                )?;
+                self.tokenizer
+                    .encode(&text, req.add_special_tokens.unwrap_or(false))?
+            }
+            _ => {
+                return Err(RequestError::bad_request(
+                    "send exactly one of `prompt` and `messages`",
+                )
+                .param("prompt"))
+            }
+        };
+        let mut reply = serde_json::json!({
+            "count": tokens.len(),
+            "max_model_len": self.max_model_len,
+            "tokens": tokens,
+        });
+        if req.return_token_strs {
+            let strs: Vec<Option<String>> = tokens
+                .iter()
+                .map(|&t| self.tokenizer.id_to_token(t))
+                .collect();
+            reply["token_strs"] = serde_json::json!(strs);
+        }
+        Ok(reply)
+    }
+
+    /// vLLM's `GET /tokenizer_info`: what a client needs to tokenize and template as the
+    /// server does (lm-evaluation-harness's remote tokenizer reads it).
+    pub fn tokenizer_info(&self) -> serde_json::Value {
+        let t = self.tokenizer;
+        serde_json::json!({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": t.bos_token(),
+            "eos_token": t.eos_token(),
+            "pad_token": null,
+            "chat_template": t.chat_template(),
+            "model_max_length": self.max_model_len,
+            "vocab_size": t.vocab_size(),
+            "eos_token_ids": t.eos_token_ids(),
+        })
+    }
+
+    /// vLLM's `/detokenize` reply: `{prompt}`; ids outside the vocabulary are a 400.
+    pub fn detokenize(&self, req: &DetokenizeRequest) -> Result<serde_json::Value, RequestError> {
+        self.check_model(req.model.as_deref())?;
+        let vocab = self.tokenizer.vocab_size() as u32;
+        if let Some(t) = req.tokens.iter().find(|&&t| t >= vocab) {
+            return Err(RequestError::bad_request(format!(
+                "token {t} is outside the vocabulary of {vocab}"
+            ))
+            .param("tokens"));
+        }
+        let text = self.tokenizer.decode(&req.tokens, false)?;
+        Ok(serde_json::json!({ "prompt": text }))
+    }
+}

@@ -1,0 +1,113 @@
+//! Chat replies with tool calls read out of them: the `message` of a finished choice, and
+//! the stream chunks' `delta.content` / `delta.tool_calls`. Without tools in play these are
+//! the plain chat replies of `format`.
+
+use std::collections::BTreeMap;
+
+use infer_core::{CompletionOutput, RequestOutput, Tokenizer};
+use serde_json::{json, Value};
+
+use super::stream::ToolStream;
+use super::ToolPlan;
+use crate::format::{chat_choice, chat_logprobs, chat_stream_choices, finish_reason, UsageCounter};
+
+/// The replies of one chat request: its tool plan, each choice's reading so far, and usage.
+#[derive(Debug)]
+pub struct ChatReplies {
+    plan: Option<ToolPlan>,
+    /// Call ids are `call_<request>_<choice>_<call>`.
+    id_prefix: String,
+    streams: BTreeMap<usize, ToolStream>,
+    pub usage: UsageCounter,
+}
+
+impl ChatReplies {
+    pub fn new(plan: Option<ToolPlan>, reply_id: &str) -> Self {
+        let request = reply_id.strip_prefix("chatcmpl-").unwrap_or(reply_id);
+        ChatReplies {
+            plan,
+            id_prefix: format!("call_{request}_"),
+            streams: BTreeMap::new(),
+            usage: UsageCounter::default(),
+        }
+    }
+
+    fn fresh(&self, plan: &ToolPlan, choice: usize) -> ToolStream {
+        let prefix = format!("{}{choice}_", self.id_prefix);
+        ToolStream::new(plan.format.clone(), plan.parallel, prefix)
+    }
+
+    /// A finished choice: `message.content` and `message.tool_calls`.
+    pub fn choice(&self, tok: &Tokenizer, o: &CompletionOutput) -> Value {
+        let Some(plan) = &self.plan else {
+            return chat_choice(tok, o);
+        };
+        let (content, calls, read) = self.fresh(plan, o.index).complete(&o.text);
+        let mut message = json!({"role": "assistant", "content": content});
+        if !calls.is_empty() {
+            message["tool_calls"] = calls.iter().map(|c| c.to_json()).collect();
+        }
+        json!({
+            "index": o.index,
+            "message": message,
+            "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(tok, l)),
+            "finish_reason": read.finish_reason(finish_reason(o.finish_reason)),
+        })
+    }
+
+    /// The stream choices of one engine output, each for a chunk of its own: content and
+    /// tool-call deltas as they settle, then the finish reason.
+    pub fn stream_choices(&mut self, tok: &Tokenizer, out: &RequestOutput) -> Vec<Value> {
+        let Some(plan) = self.plan.clone() else {
+            return chat_stream_choices(tok, out, &mut self.usage);
+        };
+        if out.finished() {
+            self.usage.add_prompt(out);
+        }
+        let mut pieces: Vec<(usize, &str, Value, Option<&'static str>)> = Vec::new();
+        for d in &out.deltas {
+            self.usage.completion += d.new_token_ids.len();
+            let logprobs = (!d.logprobs.is_empty()).then(|| chat_logprobs(tok, &d.logprobs));
+            let reason = d.finish_reason.map(finish_reason);
+            pieces.push((d.index, &d.text_delta, json!(logprobs), reason));
+        }
+        if out.deltas.is_empty() {
+            // Known only at the end (best_of > n): each output as one piece.
+            for o in out.outputs.iter().flatten() {
+                self.usage.completion += o.token_ids.len();
+                pieces.push((
+                    o.index,
+                    &o.text,
+                    Value::Null,
+                    Some(finish_reason(o.finish_reason)),
+                ));
+            }
+        }
+        let mut choices = Vec::new();
+        for (index, text, logprobs, reason) in pieces {
+            if !self.streams.contains_key(&index) {
+                let fresh = self.fresh(&plan, index);
+                self.streams.insert(index, fresh);
+            }
+            let Some(stream) = self.streams.get_mut(&index) else {
+                continue;
+            };
+            let delta = stream.push(text, reason.is_some());
+            if !delta.content.is_empty() || !logprobs.is_null() {
+                choices.push(json!({"index": index, "delta": {"content": delta.content},
+                    "logprobs": logprobs, "finish_reason": null}));
+            }
+            if !delta.tool_calls.is_empty() {
+                choices.push(
+                    json!({"index": index, "delta": {"tool_calls": delta.tool_calls},
+                    "logprobs": null, "finish_reason": null}),
+                );
+            }
+            if let Some(r) = reason {
+                choices.push(json!({"index": index, "delta": {}, "logprobs": null,
+                    "finish_reason": stream.finish_reason(r)}));
+            }
+        }
+        choices
+    }
+}
