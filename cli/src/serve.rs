@@ -98,7 +98,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
         move || {
-            let (engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
+            let (mut engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
+            if let Err(e) = engine.prepare_structured_outputs() {
+                tracing::warn!("structured outputs and tool choice will fail: {e}");
+            }
             let max_model_len = engine.config().max_model_len;
             Ok((engine, (tokenizer, backend, max_model_len)))
         },

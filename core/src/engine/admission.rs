@@ -147,6 +147,15 @@ impl<E: Executor> Engine<E> {
         Ok(())
     }
 
+    /// Builds the structured-output token trie now (a server does it at start, so the first
+    /// constrained request does not stall the running ones while it is built).
+    pub fn prepare_structured_outputs(&mut self) -> Result<()> {
+        if self.tokenizer.is_some() {
+            self.grammar_compiler()?;
+        }
+        Ok(())
+    }
+
     /// The structured-output compiler over the engine's tokenizer, built on first use.
     fn grammar_compiler(&mut self) -> Result<Arc<GrammarCompiler>> {
         if let Some(g) = &self.grammars {

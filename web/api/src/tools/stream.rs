@@ -121,6 +121,14 @@ impl ToolStream {
                 delta.tool_calls.push(entry);
             }
         }
+        // Text that looked like a call but never named one is content after all, as in the
+        // reply that does not stream.
+        if finished && self.calls.iter().all(|c| c.name.is_none()) {
+            if let Some(rest) = self.text.get(self.content_sent..) {
+                delta.content.push_str(rest);
+                self.content_sent = self.text.len();
+            }
+        }
         delta
     }
 

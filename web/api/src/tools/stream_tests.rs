@@ -117,6 +117,12 @@ fn llama3_json_calls_and_prose() {
     assert_split_invariant(&LLAMA3, text);
     let prose = "The answer is {not a call}.";
     assert_eq!(whole(&LLAMA3, prose), (Some(prose.into()), vec![]));
+    // Prose that starts like a call streams as content once it turns out not to be one.
+    let brace = "{braces} are punctuation.";
+    assert_eq!(whole(&LLAMA3, brace), (Some(brace.into()), vec![]));
+    assert_eq!(streamed(&LLAMA3, &[&brace[..3], &brace[3..]]).0, brace);
+    let bad = "So: <tool_call>{oops}</tool_call>";
+    assert_eq!(streamed(&HERMES, &[&bad[..9], &bad[9..]]).0, bad);
 }
 
 #[test]
