@@ -3,11 +3,13 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use infer_web::api::tools::ToolCallParser;
-use infer_web::{EngineHandle, Metrics, ServerState};
+use infer_web::cors::parse_list;
+use infer_web::{CorsConfig, EngineHandle, Metrics, ServeOptions, ServerState};
 
 use crate::model::ModelArgs;
 
@@ -39,6 +41,30 @@ pub struct ServeArgs {
     /// `auto`; `required` and named functions still work, by grammar).
     #[arg(long, default_value = "auto", value_parser = ["auto", "hermes", "llama3_json", "none"])]
     pub tool_call_parser: String,
+    /// Seconds a client has to send a request's headers; idle keep-alive connections are
+    /// closed after it too.
+    #[arg(long, default_value_t = 10)]
+    pub header_read_timeout: u64,
+    /// Open connections at most (lowered to fit the open-file limit); more wait to be accepted.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Seconds in-flight requests get after SIGTERM / SIGINT before they are aborted (a second
+    /// signal exits at once).
+    #[arg(long, default_value_t = 5)]
+    pub shutdown_grace: u64,
+    /// CORS: origins allowed to call the API from a browser page (vLLM's flag: a JSON list or
+    /// comma-separated; `*` for any). Without it, cross-origin calls are refused.
+    #[arg(long)]
+    pub allowed_origins: Option<String>,
+    /// CORS methods (default with --allowed-origins: GET, HEAD, POST, OPTIONS).
+    #[arg(long, default_value = "*")]
+    pub allowed_methods: String,
+    /// CORS request headers (default: the ones OpenAI clients send).
+    #[arg(long, default_value = "*")]
+    pub allowed_headers: String,
+    /// CORS: allow credentials (cookies, HTTP auth) on cross-origin calls.
+    #[arg(long)]
+    pub allowed_credentials: bool,
     /// vLLM's switch for `tool_choice: "auto"`, accepted so vLLM command lines run: here auto
     /// tool choice is on whenever --tool-call-parser resolves to a parser.
     #[arg(long)]
@@ -82,6 +108,20 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutting down");
+    // A second signal means now.
+    tokio::spawn(async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("infer serve: second signal, exiting at once");
+        std::process::exit(130);
+    });
+    #[cfg(unix)]
+    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        tokio::spawn(async move {
+            s.recv().await;
+            eprintln!("infer serve: second signal, exiting at once");
+            std::process::exit(143);
+        });
+    }
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -93,6 +133,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let gguf = std::path::PathBuf::from(&model.model);
     let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
     let metrics = Arc::new(Metrics::new(&name, &args.metrics_prefix)?);
+    let cors = match &args.allowed_origins {
+        None => None,
+        Some(origins) => Some(CorsConfig {
+            origins: parse_list(origins).map_err(|e| anyhow!("--allowed-origins: {e}"))?,
+            methods: parse_list(&args.allowed_methods)
+                .map_err(|e| anyhow!("--allowed-methods: {e}"))?,
+            headers: parse_list(&args.allowed_headers)
+                .map_err(|e| anyhow!("--allowed-headers: {e}"))?,
+            credentials: args.allowed_credentials,
+        }),
+    };
     if args.enable_auto_tool_choice && args.tool_call_parser == "none" {
         anyhow::bail!("--enable-auto-tool-choice needs a --tool-call-parser other than none");
     }
@@ -120,7 +171,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             metrics,
         )
         .with_model_file(gguf)
-        .with_tool_parser(parser),
+        .with_tool_parser(parser)
+        .with_cors(cors),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -129,9 +181,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let addr = SocketAddr::new(args.host, args.port);
-        let (local, server) = infer_web::bind(state, addr, args.api_key, shutdown_signal())
-            .await
-            .with_context(|| format!("binding {addr}"))?;
+        let options = ServeOptions {
+            header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        };
+        let (local, server) =
+            infer_web::bind_with(state, addr, args.api_key, options, shutdown_signal())
+                .await
+                .with_context(|| format!("binding {addr}"))?;
         eprintln!("infer serve: http://{local} ({backend})");
         server.await;
         Ok(())

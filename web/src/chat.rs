@@ -16,6 +16,7 @@ use crate::api::{ChatRequest, Usage};
 use crate::completions::{finish, sse_data, sse_reply, sse_tail, UsageRead};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
+use crate::routes::blocking;
 use crate::state::ServerState;
 
 pub async fn handle(state: Arc<ServerState>, req: ChatRequest) -> Response {
@@ -26,12 +27,19 @@ pub async fn handle(state: Arc<ServerState>, req: ChatRequest) -> Response {
 }
 
 async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiError> {
+    // Rendering and tokenizing run on the blocking pool (a huge prompt must not stall others).
+    let s = state.clone();
+    let (req, prepared) = blocking(move || {
+        let prepared = s.served().chat(&req);
+        (req, prepared)
+    })
+    .await?;
     let PreparedChat {
         prompt,
         params,
         structured_param,
         tools,
-    } = state.served().chat(&req)?;
+    } = prepared?;
     let reply = state.reply("chatcmpl");
     let replies = ChatReplies::new(tools, &reply.id);
     let running = req

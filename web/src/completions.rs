@@ -14,8 +14,9 @@ use serde_json::{json, Value};
 use warp::reply::{Reply as _, Response};
 
 use crate::api::{CompletionRequest, Usage};
-use crate::engine_loop::{Event, Events};
+use crate::engine_loop::{Event, Events, NewRequest};
 use crate::errors::ApiError;
+use crate::routes::blocking;
 use crate::state::ServerState;
 
 /// A request's last output.
@@ -63,19 +64,30 @@ pub async fn handle(state: Arc<ServerState>, req: CompletionRequest) -> Response
 }
 
 async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response, ApiError> {
-    let prepared = state.served().completion(&req)?;
+    let s = state.clone();
+    let (req, prepared) = blocking(move || {
+        let prepared = s.served().completion(&req);
+        (req, prepared)
+    })
+    .await?;
+    let prepared = prepared?;
     let (prompts, params) = (&prepared.prompts, &prepared.params);
     let reply = state.reply("cmpl");
-    let mut streams = Vec::with_capacity(prompts.len());
-    for (i, p) in prompts.iter().enumerate() {
-        streams.push(
-            state
-                .engine
-                .submit(format!("{}-{i}", reply.id), p.clone(), params.clone())
-                .await
-                .map_err(|e| ApiError::from(e).structured_param(prepared.structured_param))?,
-        );
-    }
+    // All prompts are admitted together or the request is refused before any is computed.
+    let requests = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| NewRequest {
+            id: format!("{}-{i}", reply.id),
+            prompt: p.clone(),
+            params: params.clone(),
+        })
+        .collect();
+    let streams = state
+        .engine
+        .submit_all(requests)
+        .await
+        .map_err(|e| ApiError::from(e).structured_param(prepared.structured_param))?;
     let n = params.n;
     if req.sampling.stream {
         let usage = req.sampling.include_usage();

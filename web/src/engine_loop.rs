@@ -29,19 +29,24 @@ pub enum SubmitError {
     #[error("{0}")]
     Invalid(#[from] InferError),
     #[error(
-        "the server is busy: {waiting} requests are waiting (--max-waiting {limit}); retry later"
+        "the server is busy: {waiting} requests would wait beyond what the batch takes (--max-waiting {limit}); retry later"
     )]
     Busy { waiting: usize, limit: usize },
     #[error("the engine has stopped")]
     Stopped,
 }
 
+/// One engine request of a client request.
+pub struct NewRequest {
+    pub id: String,
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+}
+
 enum Command {
+    /// A client request's engine requests, admitted all together or not at all.
     Add {
-        id: String,
-        prompt: Vec<u32>,
-        params: Box<SamplingParams>,
-        events: tmpsc::UnboundedSender<Event>,
+        requests: Vec<(NewRequest, tmpsc::UnboundedSender<Event>)>,
         accepted: oneshot::Sender<Result<(), SubmitError>>,
     },
     Stats(oneshot::Sender<EngineStats>),
@@ -125,18 +130,29 @@ impl EngineHandle {
         prompt: Vec<u32>,
         params: SamplingParams,
     ) -> Result<Events, SubmitError> {
-        let (events, rx) = tmpsc::unbounded_channel();
+        let mut events = self
+            .submit_all(vec![NewRequest { id, prompt, params }])
+            .await?;
+        events.pop().ok_or(SubmitError::Stopped)
+    }
+
+    /// Queues several requests as one (a completion's prompts): all are admitted, or none
+    /// is and the error says why, before any of them is computed.
+    pub async fn submit_all(&self, requests: Vec<NewRequest>) -> Result<Vec<Events>, SubmitError> {
+        let (mut with_events, mut receivers) = (Vec::new(), Vec::new());
+        for r in requests {
+            let (tx, rx) = tmpsc::unbounded_channel();
+            with_events.push((r, tx));
+            receivers.push(rx);
+        }
         let (accepted, reply) = oneshot::channel();
         let cmd = Command::Add {
-            id,
-            prompt,
-            params: Box::new(params),
-            events,
+            requests: with_events,
             accepted,
         };
         self.commands.send(cmd).map_err(|_| SubmitError::Stopped)?;
         reply.await.map_err(|_| SubmitError::Stopped)??;
-        Ok(rx)
+        Ok(receivers)
     }
 
     pub async fn stats(&self) -> Option<EngineStats> {
@@ -195,30 +211,14 @@ impl<E: Executor> Loop<E> {
     /// Returns false on shutdown.
     fn handle(&mut self, cmd: Command) -> bool {
         match cmd {
-            Command::Add {
-                id,
-                prompt,
-                params,
-                events,
-                accepted,
-            } => {
-                let waiting = self.engine.scheduler().num_waiting();
-                let result = if self.max_waiting > 0 && waiting >= self.max_waiting {
-                    Err(SubmitError::Busy {
-                        waiting,
-                        limit: self.max_waiting,
-                    })
-                } else {
-                    self.engine
-                        .add_request(id.clone(), prompt, *params)
-                        .map_err(SubmitError::from)
-                };
-                if result.is_ok() {
-                    self.streams.insert(id.clone(), events);
-                }
-                if accepted.send(result).is_err() {
+            Command::Add { requests, accepted } => {
+                let result = self.admit(requests);
+                let ids = result.as_ref().cloned().unwrap_or_default();
+                if accepted.send(result.map(|_| ())).is_err() {
                     // The handler went away before hearing back.
-                    self.abort(&id);
+                    for id in ids {
+                        self.abort(&id);
+                    }
                 }
                 true
             }
@@ -228,6 +228,42 @@ impl<E: Executor> Loop<E> {
             }
             Command::Shutdown => false,
         }
+    }
+
+    /// Adds a client request's engine requests, all or none. The waiting bound counts only
+    /// requests that cannot start at the next step: a burst the batch has room for is not
+    /// "waiting" (its requests are admitted within one step).
+    fn admit(
+        &mut self,
+        requests: Vec<(NewRequest, tmpsc::UnboundedSender<Event>)>,
+    ) -> Result<Vec<String>, SubmitError> {
+        let scheduler = self.engine.scheduler();
+        let free = self
+            .engine
+            .config()
+            .scheduler
+            .max_num_seqs
+            .saturating_sub(scheduler.num_running());
+        let waiting = scheduler.num_waiting() + requests.len();
+        let beyond = waiting.saturating_sub(free);
+        if self.max_waiting > 0 && beyond > self.max_waiting {
+            return Err(SubmitError::Busy {
+                waiting: beyond,
+                limit: self.max_waiting,
+            });
+        }
+        let mut added: Vec<String> = Vec::with_capacity(requests.len());
+        for (r, events) in requests {
+            if let Err(e) = self.engine.add_request(r.id.clone(), r.prompt, r.params) {
+                for id in &added {
+                    self.abort(id);
+                }
+                return Err(e.into());
+            }
+            self.streams.insert(r.id.clone(), events);
+            added.push(r.id);
+        }
+        Ok(added)
     }
 
     fn abort(&mut self, id: &str) {

@@ -11,6 +11,9 @@ use warp::reply::Reply;
 use crate::api::{ErrorBody, ErrorDetail, RequestError};
 use crate::engine_loop::SubmitError;
 
+/// The methods the server answers (`Allow` on 405 and OPTIONS).
+pub const ALLOWED_METHODS: &str = "GET, HEAD, POST, OPTIONS";
+
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -56,7 +59,10 @@ impl ApiError {
 
     fn kind(&self) -> &'static str {
         match self.status {
-            StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
+            StatusCode::BAD_REQUEST
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::METHOD_NOT_ALLOWED
+            | StatusCode::REQUEST_TIMEOUT => "invalid_request_error",
             StatusCode::UNAUTHORIZED => "authentication_error",
             StatusCode::NOT_FOUND => "not_found_error",
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "server_busy",
@@ -73,7 +79,21 @@ impl ApiError {
                 code: Some(self.status.as_u16().to_string()),
             },
         };
-        warp::reply::with_status(warp::reply::json(&body), self.status).into_response()
+        let mut r = warp::reply::with_status(warp::reply::json(&body), self.status).into_response();
+        let header = match self.status {
+            StatusCode::UNAUTHORIZED => Some(("www-authenticate", "Bearer")),
+            // Busy: the client should come back shortly.
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+                Some(("retry-after", "1"))
+            }
+            StatusCode::METHOD_NOT_ALLOWED => Some(("allow", ALLOWED_METHODS)),
+            _ => None,
+        };
+        if let Some((name, value)) = header {
+            r.headers_mut()
+                .insert(name, warp::http::HeaderValue::from_static(value));
+        }
+        r
     }
 }
 
@@ -122,6 +142,8 @@ pub async fn recover(r: Rejection) -> Result<warp::reply::Response, Infallible> 
         )
     } else if r.find::<warp::reject::UnsupportedMediaType>().is_some() {
         ApiError::bad_request("send the body as application/json")
+    } else if let Some(e) = r.find::<warp::cors::CorsForbidden>() {
+        ApiError::new(StatusCode::FORBIDDEN, format!("CORS: {e}"))
     } else if r.find::<warp::reject::MethodNotAllowed>().is_some() {
         ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
     } else if r.is_not_found() {

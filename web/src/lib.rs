@@ -2,11 +2,14 @@
 //! (`engine_loop`), handlers talk to it over channels and stream with SSE.
 
 pub use infer_api as api;
+mod body;
 mod browser_page;
 mod chat;
 mod completions;
+pub mod cors;
 pub mod engine_loop;
 pub mod errors;
+mod listen;
 pub mod metrics;
 mod routes;
 mod state;
@@ -14,28 +17,41 @@ mod state;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use body::MAX_BODY_BYTES;
+pub use cors::CorsConfig;
 pub use engine_loop::{EngineHandle, SubmitError};
+pub use listen::{raise_open_file_limit, ServeOptions};
 pub use metrics::Metrics;
-pub use routes::{routes, MAX_BODY_BYTES};
+pub use routes::routes;
 pub use state::ServerState;
 
 /// Binds `addr` (port 0 picks a free one) and returns the bound address and the server, which
-/// serves until `shutdown` resolves, then stops accepting, aborts what is in flight and ends.
+/// serves until `shutdown` resolves, then stops accepting, gives in-flight requests
+/// `options.shutdown_grace`, aborts what is left and ends.
+pub async fn bind_with(
+    state: Arc<ServerState>,
+    addr: SocketAddr,
+    api_key: Option<String>,
+    options: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(%local, model = %state.model_name, backend = %state.backend, "listening");
+    let app = routes(state.clone(), api_key);
+    Ok((local, async move {
+        listen::serve(listener, app, state.clone(), options, shutdown).await;
+        let engine = state.engine.clone();
+        let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
+    }))
+}
+
+/// `bind_with` the default timeouts and limits.
 pub async fn bind(
     state: Arc<ServerState>,
     addr: SocketAddr,
     api_key: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    tracing::info!(%local, model = %state.model_name, backend = %state.backend, "listening");
-    let server = warp::serve(routes(state.clone(), api_key))
-        .incoming(listener)
-        .graceful(shutdown)
-        .run();
-    Ok((local, async move {
-        server.await;
-        state.engine.shutdown();
-    }))
+    bind_with(state, addr, api_key, ServeOptions::default(), shutdown).await
 }

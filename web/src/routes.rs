@@ -5,17 +5,16 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use serde_json::json;
+use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
 use warp::reply::{Reply, Response};
 use warp::Filter;
 
 use crate::api::{ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest};
-use crate::errors::{recover, ApiError};
+use crate::body;
+use crate::errors::{recover, ApiError, ALLOWED_METHODS};
 use crate::state::ServerState;
 use crate::{chat, completions};
-
-/// Request bodies above this are refused with 413.
-pub const MAX_BODY_BYTES: u64 = 8 << 20;
 
 fn with_state(
     state: Arc<ServerState>,
@@ -23,9 +22,22 @@ fn with_state(
     warp::any().map(move || state.clone())
 }
 
-fn json_body<T: serde::de::DeserializeOwned + Send>(
-) -> impl Filter<Extract = (T,), Error = warp::Rejection> + Clone {
-    warp::body::content_length_limit(MAX_BODY_BYTES).and(warp::body::json())
+/// GET, and HEAD answered alike (hyper sends no body for HEAD).
+fn get() -> impl Filter<Extract = (), Error = warp::Rejection> + Clone {
+    warp::get().or(warp::head()).unify()
+}
+
+/// Runs tokenizer work (rendering, encoding, decoding) on the blocking pool, off the
+/// runtime's few worker threads, so a huge prompt never stalls other requests.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("a tokenizer task failed: {e}"),
+        )
+    })
 }
 
 /// `Authorization: Bearer KEY` when the server has a key.
@@ -47,15 +59,14 @@ fn auth(key: Option<String>) -> impl Filter<Extract = (), Error = warp::Rejectio
         .untuple_one()
 }
 
-pub fn routes(
-    state: Arc<ServerState>,
-    api_key: Option<String>,
-) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone {
+pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(Response,)> {
+    let cors = state.cors.clone();
+    let auth = auth(api_key);
     let health = warp::path!("health")
-        .and(warp::get())
+        .and(get())
         .map(|| warp::reply().into_response());
     let version = warp::path!("version")
-        .and(warp::get())
+        .and(get())
         .map(|| warp::reply::json(&json!({"version": env!("CARGO_PKG_VERSION")})).into_response());
     let model_card = |s: &ServerState| {
         json!({
@@ -68,7 +79,8 @@ pub fn routes(
         })
     };
     let models = warp::path!("v1" / "models")
-        .and(warp::get())
+        .and(get())
+        .and(auth.clone())
         .and(with_state(state.clone()))
         .map(move |s: Arc<ServerState>| {
             warp::reply::json(&json!({"object": "list", "data": [model_card(&s)]})).into_response()
@@ -76,7 +88,8 @@ pub fn routes(
     // Model ids may hold slashes (`org/name`): the rest of the path is the id.
     let model = warp::path!("v1" / "models" / ..)
         .and(warp::path::tail())
-        .and(warp::get())
+        .and(get())
+        .and(auth.clone())
         .and(with_state(state.clone()))
         .map(move |id: warp::path::Tail, s: Arc<ServerState>| {
             match s.served().check_model(Some(id.as_str())) {
@@ -85,42 +98,49 @@ pub fn routes(
             }
         });
     let tokenizer_info = warp::path!("tokenizer_info")
-        .and(warp::get())
+        .and(get())
         .and(with_state(state.clone()))
         .map(|s: Arc<ServerState>| warp::reply::json(&s.served().tokenizer_info()).into_response());
     let completions = warp::path!("v1" / "completions")
         .and(warp::post())
+        .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(json_body::<CompletionRequest>())
+        .and(body::json::<CompletionRequest>())
         .then(completions::handle);
     let chat = warp::path!("v1" / "chat" / "completions")
         .and(warp::post())
+        .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(json_body::<ChatRequest>())
+        .and(body::json::<ChatRequest>())
         .then(chat::handle);
+    // Behind the key too when one is set: tokenizing is work anyone could make the server do.
     let tokenize = warp::path!("tokenize")
         .and(warp::post())
+        .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(json_body::<TokenizeRequest>())
-        .map(
-            |s: Arc<ServerState>, r: TokenizeRequest| match s.served().tokenize(&r) {
-                Ok(reply) => warp::reply::json(&reply).into_response(),
-                Err(e) => ApiError::from(e).into_response(),
-            },
-        );
+        .and(body::json::<TokenizeRequest>())
+        .then(|s: Arc<ServerState>, r: TokenizeRequest| async move {
+            match blocking(move || s.served().tokenize(&r)).await {
+                Ok(Ok(reply)) => warp::reply::json(&reply).into_response(),
+                Ok(Err(e)) => ApiError::from(e).into_response(),
+                Err(e) => e.into_response(),
+            }
+        });
     let detokenize = warp::path!("detokenize")
         .and(warp::post())
+        .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(json_body::<DetokenizeRequest>())
-        .map(
-            |s: Arc<ServerState>, r: DetokenizeRequest| match s.served().detokenize(&r) {
-                Ok(reply) => warp::reply::json(&reply).into_response(),
-                Err(e) => ApiError::from(e).into_response(),
-            },
-        );
+        .and(body::json::<DetokenizeRequest>())
+        .then(|s: Arc<ServerState>, r: DetokenizeRequest| async move {
+            match blocking(move || s.served().detokenize(&r)).await {
+                Ok(Ok(reply)) => warp::reply::json(&reply).into_response(),
+                Ok(Err(e)) => ApiError::from(e).into_response(),
+                Err(e) => e.into_response(),
+            }
+        });
     // Not behind the API key, as in vLLM: scrapers rarely carry one.
     let metrics = warp::path!("metrics")
-        .and(warp::get())
+        .and(get())
         .and(with_state(state.clone()))
         .map(|s: Arc<ServerState>| {
             warp::reply::with_header(
@@ -134,31 +154,49 @@ pub fn routes(
     let page = |body: &'static str, kind: &'static str| {
         move || warp::reply::with_header(body, "content-type", kind).into_response()
     };
-    let index = warp::path::end().and(warp::get()).map(page(
+    let index = warp::path::end().and(get()).map(page(
         include_str!("../static/index.html"),
         "text/html; charset=utf-8",
     ));
-    let script = warp::path!("static" / "chat.js").and(warp::get()).map(page(
+    let script = warp::path!("static" / "chat.js").and(get()).map(page(
         include_str!("../static/chat.js"),
         "text/javascript; charset=utf-8",
     ));
-    let style = warp::path!("static" / "style.css")
-        .and(warp::get())
-        .map(page(
-            include_str!("../static/style.css"),
-            "text/css; charset=utf-8",
-        ));
-    let v1 = auth(api_key).and(
-        models
-            .or(model)
-            .unify()
-            .or(completions)
-            .unify()
-            .or(chat)
-            .unify(),
-    );
+    let style = warp::path!("static" / "style.css").and(get()).map(page(
+        include_str!("../static/style.css"),
+        "text/css; charset=utf-8",
+    ));
+    // The key is checked after the path: an unknown path is a 404 with or without it.
+    let v1 = models
+        .or(model)
+        .unify()
+        .or(completions)
+        .unify()
+        .or(chat)
+        .unify();
+    // Without CORS configured, a preflight gets the methods and no CORS headers (the browser
+    // then refuses the cross-origin call).
+    // Matched by hand: `warp::options()` would turn every unknown GET path into a 405.
+    let options = warp::method()
+        .and_then(|m: warp::http::Method| async move {
+            if m == warp::http::Method::OPTIONS {
+                Ok(())
+            } else {
+                Err(warp::reject::not_found())
+            }
+        })
+        .untuple_one()
+        .map(|| {
+            let mut r =
+                warp::reply::with_status(warp::reply(), StatusCode::NO_CONTENT).into_response();
+            r.headers_mut().insert(
+                "allow",
+                warp::http::HeaderValue::from_static(ALLOWED_METHODS),
+            );
+            r
+        });
     let browser = crate::browser_page::routes(state.clone());
-    health
+    let app = health
         .or(version)
         .unify()
         .or(metrics)
@@ -179,6 +217,18 @@ pub fn routes(
         .unify()
         .or(detokenize)
         .unify()
-        .recover(recover)
+        .or(options)
         .unify()
+        .recover(recover)
+        .unify();
+    match cors {
+        None => app.boxed(),
+        // CORS wraps everything: it answers preflights and adds its headers to replies.
+        Some(c) => app
+            .with(c.filter())
+            .map(Reply::into_response)
+            .recover(recover)
+            .unify()
+            .boxed(),
+    }
 }

@@ -10,6 +10,7 @@ use infer_api::prepare::Served;
 use infer_api::tools::ToolCallParser;
 use infer_core::Tokenizer;
 
+use crate::cors::CorsConfig;
 use crate::engine_loop::EngineHandle;
 use crate::metrics::Metrics;
 
@@ -26,6 +27,8 @@ pub struct ServerState {
     pub model_file: Option<std::path::PathBuf>,
     /// How `tool_choice: "auto"` replies are read (`None`: refused).
     pub tool_parser: Option<ToolCallParser>,
+    /// CORS (`None`: off).
+    pub cors: Option<CorsConfig>,
 }
 
 pub fn unix_now() -> u64 {
@@ -54,7 +57,14 @@ impl ServerState {
             started: unix_now(),
             model_file: None,
             tool_parser: None,
+            cors: None,
         }
+    }
+
+    /// Answers cross-origin requests as configured.
+    pub fn with_cors(mut self, cors: Option<CorsConfig>) -> Self {
+        self.cors = cors;
+        self
     }
 
     /// The tool-call parser for `tool_choice: "auto"`.

@@ -177,20 +177,27 @@ impl<E: Executor> Engine<E> {
     /// Limits that depend on the engine: the vocabulary and the sequence cap.
     fn check_request_limits(&self, params: &SamplingParams) -> Result<()> {
         let vocab = self.executor.vocab_size();
-        if let Some(t) = params
-            .logit_bias
-            .keys()
-            .chain(&params.stop_token_ids)
-            .find(|&&t| t as usize >= vocab)
-        {
-            return Err(InferError::invalid(
-                "logit_bias",
-                format!("token id {t} is outside the vocabulary ({vocab})"),
-            ));
+        let outside = |t: &&u32| **t as usize >= vocab;
+        for (name, t) in [
+            ("logit_bias", params.logit_bias.keys().find(outside)),
+            ("stop_token_ids", params.stop_token_ids.iter().find(outside)),
+        ] {
+            if let Some(t) = t {
+                return Err(InferError::invalid(
+                    name,
+                    format!("token id {t} is outside the vocabulary ({vocab})"),
+                ));
+            }
         }
         if params.best_of() > self.config.scheduler.max_num_seqs {
+            // Name the field the client set: `best_of` when given, else `n`.
+            let name = if params.best_of.is_some() {
+                "best_of"
+            } else {
+                "n"
+            };
             return Err(InferError::invalid(
-                "best_of",
+                name,
                 format!(
                     "{} sequences exceed max_num_seqs ({})",
                     params.best_of(),

@@ -192,10 +192,15 @@ impl SamplingParams {
                 return Err(InferError::invalid(name, format!("{v} must be in [-2, 2]")));
             }
         }
-        if let Some((id, b)) = self.logit_bias.iter().find(|(_, b)| !b.is_finite()) {
+        // OpenAI's range: -100 bans a token, 100 forces it.
+        if let Some((id, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(*b))
+        {
             return Err(InferError::invalid(
                 "logit_bias",
-                format!("token {id}: {b} is not finite"),
+                format!("token {id}: {b} must be in [-100, 100]"),
             ));
         }
         if self.max_tokens == Some(0) {

@@ -22,6 +22,8 @@ pub struct Tokenizer {
     /// Every id that ends generation (EOS, end-of-turn, ...).
     eos_token_ids: Vec<u32>,
     chat_template: Option<String>,
+    /// The longest token's text in bytes, found on first use.
+    max_token_bytes: std::sync::OnceLock<usize>,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> InferError {
@@ -42,6 +44,7 @@ impl Tokenizer {
                 .and_then(GgufValue::as_str)
                 .map(str::to_string),
             inner: parts.tokenizer,
+            max_token_bytes: Default::default(),
         })
     }
 
@@ -96,6 +99,7 @@ impl Tokenizer {
             eos_token,
             eos_token_ids,
             chat_template,
+            max_token_bytes: Default::default(),
         })
     }
 
@@ -186,6 +190,21 @@ impl Tokenizer {
     /// The `tokenizer.json` form, so a tokenizer built from GGUF can be saved as an HF one.
     pub fn to_json(&self) -> Result<String> {
         self.inner.to_string(false).map_err(tk_err)
+    }
+
+    /// The most bytes of text one token stands for (its vocabulary entry's length, which a
+    /// byte-level or byte-fallback entry never undercuts): a text of `b` bytes has at least
+    /// `b / max_token_bytes()` tokens, which bounds a prompt before it is tokenized.
+    pub fn max_token_bytes(&self) -> usize {
+        *self.max_token_bytes.get_or_init(|| {
+            self.inner
+                .get_vocab(true)
+                .keys()
+                .map(String::len)
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        })
     }
 
     pub fn inner(&self) -> &tokenizers::Tokenizer {

@@ -150,9 +150,31 @@ impl Served<'_> {
         }
     }
 
+    /// Refuses, before tokenizing it, a text so long that it cannot fit the context in any
+    /// tokenization (with a margin of 4 for normalizers that shrink text).
+    pub fn check_text_bytes(&self, bytes: usize, param: &str) -> Result<(), RequestError> {
+        let per_token = self.tokenizer.max_token_bytes();
+        let limit = self
+            .max_model_len
+            .saturating_mul(per_token)
+            .saturating_mul(4);
+        if bytes > limit {
+            return Err(RequestError::bad_request(format!(
+                "the prompt is {bytes} bytes: at least {} tokens, more than the model's context of {} tokens",
+                bytes / (per_token * 4),
+                self.max_model_len
+            ))
+            .param(param));
+        }
+        Ok(())
+    }
+
     /// Token ids of each prompt.
     pub fn encode_prompts(&self, prompt: &PromptInput) -> Result<Vec<Vec<u32>>, RequestError> {
-        let encode = |t: &str| self.tokenizer.encode(t, true).map_err(RequestError::from);
+        let encode = |t: &str| {
+            self.check_text_bytes(t.len(), "prompt")?;
+            self.tokenizer.encode(t, true).map_err(RequestError::from)
+        };
         let prompts = match prompt {
             PromptInput::Text(t) => vec![encode(t)?],
             PromptInput::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
@@ -251,6 +273,8 @@ impl Served<'_> {
             self.tool_parser,
         )?;
         let messages = chat_messages(&req.messages)?;
+        let bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+        self.check_text_bytes(bytes, "messages")?;
         let text = self.render(
             messages,
             tools.shown.as_ref(),
@@ -260,6 +284,16 @@ impl Served<'_> {
         // The rendered template already holds its special tokens.
         let prompt = self.tokenizer.encode(&text, false)?;
         let max_tokens = req.max_completion_tokens.or(req.max_tokens);
+        if let Some(k) = req.top_logprobs {
+            // OpenAI's rules: 0..=20, and only with `logprobs: true`.
+            let bad = |m: String| Err(RequestError::bad_request(m).param("top_logprobs"));
+            if !req.logprobs {
+                return bad("`top_logprobs` needs `logprobs: true`".into());
+            }
+            if k > 20 {
+                return bad(format!("{k} must be in [0, 20]"));
+            }
+        }
         let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
         let mut params = req.sampling.to_params(max_tokens, logprobs)?;
         let mut structured_param =

@@ -16,11 +16,15 @@ impl Served<'_> {
                 )
                 .param("tools"))
             }
-            (Some(prompt), None) => self
-                .tokenizer
-                .encode(prompt, req.add_special_tokens.unwrap_or(true))?,
+            (Some(prompt), None) => {
+                self.check_text_bytes(prompt.len(), "prompt")?;
+                self.tokenizer
+                    .encode(prompt, req.add_special_tokens.unwrap_or(true))?
+            }
             (None, Some(messages)) => {
                 let messages = chat_messages(messages)?;
+                let bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+                self.check_text_bytes(bytes, "messages")?;
                 let tools = match &req.tools {
                     Some(t) if !t.is_empty() => {
                         tools::check_tools(t)?;

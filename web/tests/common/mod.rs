@@ -8,10 +8,12 @@ use std::sync::{Arc, OnceLock};
 use infer_core::{Engine, EngineConfig, LlamaExecutor, PreemptionMode, SchedulerConfig};
 use infer_cpu::CpuBackend;
 use infer_tests::smollm2_shared;
-use infer_web::{EngineHandle, Metrics, ServerState};
+use infer_web::{EngineHandle, Metrics, ServeOptions, ServerState};
 use serde_json::Value;
 
 pub const KEY: &str = "sekrit";
+/// The one origin the test server's CORS allows.
+pub const ALLOWED_ORIGIN: &str = "http://allowed.example";
 
 pub struct Server {
     pub addr: SocketAddr,
@@ -27,58 +29,94 @@ pub fn server() -> &'static Server {
 pub fn server_with(max_num_seqs: usize, max_waiting: usize) -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
     S.get_or_init(|| {
-        let (model, tokenizer) = smollm2_shared();
-        let tok = tokenizer.clone();
-        let metrics = Arc::new(Metrics::new("smol", "infer").unwrap());
-        let (engine, ()) = EngineHandle::start(
-            move || {
-                let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0)
-                    .map_err(|e| e.to_string())?;
-                let config = EngineConfig {
-                    block_size: 16,
-                    num_device_blocks: 256,
-                    num_host_blocks: 0,
-                    max_model_len: 1024,
-                    enable_prefix_caching: true,
-                    scheduler: SchedulerConfig {
-                        max_num_seqs,
-                        max_num_batched_tokens: 512,
-                        preemption_mode: PreemptionMode::Recompute,
-                    },
-                };
-                let engine = Engine::new(exec, Some(tok), config).map_err(|e| e.to_string())?;
-                Ok((engine, ()))
-            },
+        let started = start(
+            max_num_seqs,
             max_waiting,
-            metrics.clone(),
-        )
-        .unwrap();
-        let state = Arc::new(ServerState::new(
+            ServeOptions::default(),
+            std::future::pending(),
+        );
+        Server {
+            addr: started.addr,
+            engine: started.engine,
+        }
+    })
+}
+
+/// A server of its own, serving until `shutdown` resolves; `done` ends when it has stopped.
+pub struct Started {
+    pub addr: SocketAddr,
+    pub engine: EngineHandle,
+    pub done: std::sync::mpsc::Receiver<()>,
+}
+
+pub fn start(
+    max_num_seqs: usize,
+    max_waiting: usize,
+    options: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Started {
+    let (model, tokenizer) = smollm2_shared();
+    let tok = tokenizer.clone();
+    let metrics = Arc::new(Metrics::new("smol", "infer").unwrap());
+    let (engine, ()) = EngineHandle::start(
+        move || {
+            let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0)
+                .map_err(|e| e.to_string())?;
+            let config = EngineConfig {
+                block_size: 16,
+                num_device_blocks: 256,
+                num_host_blocks: 0,
+                max_model_len: 1024,
+                enable_prefix_caching: true,
+                scheduler: SchedulerConfig {
+                    max_num_seqs,
+                    max_num_batched_tokens: 512,
+                    preemption_mode: PreemptionMode::Recompute,
+                },
+            };
+            let engine = Engine::new(exec, Some(tok), config).map_err(|e| e.to_string())?;
+            Ok((engine, ()))
+        },
+        max_waiting,
+        metrics.clone(),
+    )
+    .unwrap();
+    // CORS for one origin (requests without an Origin header are unaffected).
+    let cors = infer_web::CorsConfig {
+        origins: vec![ALLOWED_ORIGIN.into()],
+        ..Default::default()
+    };
+    let state = Arc::new(
+        ServerState::new(
             engine.clone(),
             tokenizer,
             "smol".into(),
             1024,
             "cpu".into(),
             metrics,
-        ));
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-                let (local, serve) =
-                    infer_web::bind(state, addr, Some(KEY.into()), std::future::pending())
-                        .await
-                        .unwrap();
-                tx.send(local).unwrap();
-                serve.await;
-            });
+        )
+        .with_cors(Some(cors)),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let (local, serve) =
+                infer_web::bind_with(state, addr, Some(KEY.into()), options, shutdown)
+                    .await
+                    .unwrap();
+            tx.send(local).unwrap();
+            serve.await;
         });
-        Server {
-            addr: rx.recv().unwrap(),
-            engine,
-        }
-    })
+        let _ = done_tx.send(());
+    });
+    Started {
+        addr: rx.recv().unwrap(),
+        engine,
+        done,
+    }
 }
 
 pub fn url(path: &str) -> String {

@@ -1,0 +1,83 @@
+//! Request bodies: JSON read as a stream, with or without `Content-Length` (chunked bodies
+//! too), refused past `MAX_BODY_BYTES` as soon as they pass it, and given up on when the
+//! client stops sending for the whole read timeout (a slow client cannot hold a handler).
+
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use warp::http::StatusCode;
+use warp::{Buf, Filter, Rejection};
+
+use crate::errors::ApiError;
+
+/// Request bodies above this are refused with 413.
+pub const MAX_BODY_BYTES: u64 = 8 << 20;
+
+/// The longest a body may take to arrive, from its first byte wait to its last.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn collect(
+    mut body: impl Stream<Item = Result<impl Buf, warp::Error>> + Unpin,
+) -> Result<Vec<u8>, ApiError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let mut chunk =
+            chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        if bytes.len() as u64 + chunk.remaining() as u64 > MAX_BODY_BYTES {
+            return Err(too_large());
+        }
+        while chunk.has_remaining() {
+            let part = chunk.chunk();
+            bytes.extend_from_slice(part);
+            let n = part.len();
+            chunk.advance(n);
+        }
+    }
+    Ok(bytes)
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "the request body is larger than {} MiB",
+            MAX_BODY_BYTES >> 20
+        ),
+    )
+}
+
+/// A JSON body of type `T`.
+pub fn json<T: serde::de::DeserializeOwned + Send>(
+) -> impl Filter<Extract = (T,), Error = Rejection> + Clone {
+    warp::header::optional::<u64>("content-length")
+        .and(warp::header::optional::<String>("content-type"))
+        .and(warp::body::stream())
+        .and_then(
+            |length: Option<u64>, kind: Option<String>, body| async move {
+                if length.is_some_and(|l| l > MAX_BODY_BYTES) {
+                    return Err(warp::reject::custom(too_large()));
+                }
+                if kind.is_some_and(|k| !k.to_ascii_lowercase().contains("json")) {
+                    return Err(warp::reject::custom(ApiError::bad_request(
+                        "send the body as application/json",
+                    )));
+                }
+                let bytes =
+                    match tokio::time::timeout(BODY_READ_TIMEOUT, collect(Box::pin(body))).await {
+                        Ok(read) => read.map_err(warp::reject::custom)?,
+                        Err(_) => {
+                            return Err(warp::reject::custom(ApiError::new(
+                                StatusCode::REQUEST_TIMEOUT,
+                                format!(
+                                    "the body did not arrive within {} s",
+                                    BODY_READ_TIMEOUT.as_secs()
+                                ),
+                            )))
+                        }
+                    };
+                serde_json::from_slice::<T>(&bytes).map_err(|e| {
+                    warp::reject::custom(ApiError::bad_request(format!("invalid JSON body: {e}")))
+                })
+            },
+        )
+}

@@ -1,0 +1,109 @@
+//! Connections (issue 17): slow and stalled clients are dropped after the header timeout and
+//! do not slow normal requests; shutdown is bounded by its grace period even with a stalled
+//! connection, and a stream cut by it ends with an error event and `[DONE]`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{start, KEY};
+use infer_web::ServeOptions;
+use serde_json::json;
+
+fn health(addr: SocketAddr) -> Duration {
+    let t = Instant::now();
+    let r = ureq::get(&format!("http://{addr}/health")).call().unwrap();
+    assert_eq!(r.status(), 200);
+    t.elapsed()
+}
+
+/// Half a request line: the classic stalled client.
+fn stalled(addr: SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.write_all(b"GET /hea").unwrap();
+    c
+}
+
+#[test]
+fn slow_clients_and_shutdown() {
+    let limit = infer_web::raise_open_file_limit().unwrap_or(1024);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let options = ServeOptions {
+        header_read_timeout: Duration::from_secs(2),
+        shutdown_grace: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let server = start(16, 256, options, async move {
+        let _ = rx.await;
+    });
+    let addr = server.addr;
+
+    // Two file descriptors per slow connection here (both ends live in this process).
+    let n = 2000.min((limit.saturating_sub(512) / 2) as usize);
+    let slow: Vec<TcpStream> = (0..n).map(|_| stalled(addr)).collect();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        slowest = slowest.max(health(addr));
+    }
+    eprintln!("{n} stalled connections: slowest /health {slowest:?}");
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    // A keep-alive connection left idle after a request.
+    let mut idle = TcpStream::connect(addr).unwrap();
+    idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 64];
+    let got = idle.read(&mut first).unwrap();
+    assert!(first[..got].starts_with(b"HTTP/1.1 200"));
+    // The header timeout closes them.
+    std::thread::sleep(Duration::from_millis(2500));
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    assert!(
+        idle.read_to_end(&mut rest).is_ok(),
+        "an idle keep-alive connection stayed open"
+    );
+    let mut closed = 0;
+    for mut c in slow.into_iter().take(50) {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = Vec::new();
+        if c.read_to_end(&mut buf).is_ok() {
+            closed += 1;
+        }
+    }
+    assert_eq!(
+        closed, 50,
+        "stalled connections still open after the header timeout"
+    );
+
+    // A long stream, and a stalled connection, when the shutdown comes.
+    let streaming = std::thread::spawn(move || {
+        let r = ureq::post(&format!("http://{addr}/v1/completions"))
+            .set("Authorization", &format!("Bearer {KEY}"))
+            .send_json(json!({"prompt": "Once upon a time", "max_tokens": 900, "ignore_eos": true, "stream": true}))
+            .unwrap();
+        r.into_string().unwrap_or_default()
+    });
+    let _stalled = stalled(addr);
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    tx.send(()).unwrap();
+    server
+        .done
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the server did not stop");
+    let took = t.elapsed();
+    eprintln!("shutdown with a live stream and a stalled connection: {took:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    let body = streaming.join().unwrap();
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"), "{body}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("\"finish_reason\":\"error\"")),
+        "no error event: {}",
+        &body[body.len().saturating_sub(400)..]
+    );
+}
