@@ -107,3 +107,51 @@ fn slow_clients_and_shutdown() {
         &body[body.len().saturating_sub(400)..]
     );
 }
+
+#[test]
+fn a_burst_the_batch_can_take_is_not_refused() {
+    // 16 sequences run at once; 8 may wait beyond them.
+    let server = start(16, 8, ServeOptions::default(), std::future::pending());
+    let addr = server.addr;
+    let burst = |n: usize| {
+        let clients: Vec<_> = (0..n)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let r = ureq::post(&format!("http://{addr}/v1/completions"))
+                        .set("Authorization", &format!("Bearer {KEY}"))
+                        .send_json(json!({"prompt": format!("Request {i}"), "max_tokens": 4}));
+                    match r {
+                        Ok(r) => (r.status(), None),
+                        Err(ureq::Error::Status(code, r)) => {
+                            (code, r.header("retry-after").map(str::to_string))
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .map(|c| c.join().unwrap())
+            .collect::<Vec<_>>()
+    };
+    // Batch (16) + waiting bound (8): every one is admitted.
+    let replies = burst(24);
+    assert!(replies.iter().all(|r| r.0 == 200), "{replies:?}");
+    // Well beyond: some are refused, each with Retry-After, none with anything else.
+    let replies = burst(80);
+    let refused: Vec<_> = replies.iter().filter(|r| r.0 == 503).collect();
+    assert!(!refused.is_empty(), "{replies:?}");
+    assert!(
+        refused.iter().all(|r| r.1.as_deref() == Some("1")),
+        "{refused:?}"
+    );
+    assert!(
+        replies.iter().all(|r| r.0 == 200 || r.0 == 503),
+        "{replies:?}"
+    );
+    eprintln!(
+        "burst of 80 against 16 running + 8 waiting: {} refused",
+        refused.len()
+    );
+}
