@@ -10,7 +10,9 @@ use warp::http::StatusCode;
 use warp::reply::{Reply, Response};
 use warp::Filter;
 
-use crate::api::{ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest};
+use crate::api::{
+    ChatRequest, CompletionRequest, DetokenizeRequest, RequestError, TokenizeRequest,
+};
 use crate::body;
 use crate::errors::{recover, ApiError, ALLOWED_METHODS};
 use crate::state::ServerState;
@@ -57,6 +59,17 @@ fn auth(key: Option<String>) -> impl Filter<Extract = (), Error = warp::Rejectio
             }
         })
         .untuple_one()
+}
+
+/// A tokenizer endpoint's answer, computed on the blocking pool: its JSON or its error.
+async fn tokenizer_reply(
+    f: impl FnOnce() -> Result<serde_json::Value, RequestError> + Send + 'static,
+) -> Response {
+    match blocking(f).await {
+        Ok(Ok(reply)) => warp::reply::json(&reply).into_response(),
+        Ok(Err(e)) => ApiError::from(e).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(Response,)> {
@@ -119,24 +132,16 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .and(auth.clone())
         .and(with_state(state.clone()))
         .and(body::json::<TokenizeRequest>())
-        .then(|s: Arc<ServerState>, r: TokenizeRequest| async move {
-            match blocking(move || s.served().tokenize(&r)).await {
-                Ok(Ok(reply)) => warp::reply::json(&reply).into_response(),
-                Ok(Err(e)) => ApiError::from(e).into_response(),
-                Err(e) => e.into_response(),
-            }
+        .then(|s: Arc<ServerState>, r: TokenizeRequest| {
+            tokenizer_reply(move || s.served().tokenize(&r))
         });
     let detokenize = warp::path!("detokenize")
         .and(warp::post())
         .and(auth.clone())
         .and(with_state(state.clone()))
         .and(body::json::<DetokenizeRequest>())
-        .then(|s: Arc<ServerState>, r: DetokenizeRequest| async move {
-            match blocking(move || s.served().detokenize(&r)).await {
-                Ok(Ok(reply)) => warp::reply::json(&reply).into_response(),
-                Ok(Err(e)) => ApiError::from(e).into_response(),
-                Err(e) => e.into_response(),
-            }
+        .then(|s: Arc<ServerState>, r: DetokenizeRequest| {
+            tokenizer_reply(move || s.served().detokenize(&r))
         });
     // Not behind the API key, as in vLLM: scrapers rarely carry one.
     let metrics = warp::path!("metrics")

@@ -271,7 +271,7 @@ fn name_then_arguments(body: &str) -> (Option<String>, Option<usize>) {
         return (None, None);
     }
     at = skip_ws(body, at);
-    let Some(end) = json_value_end(body, at).filter(|&e| e <= body.len()) else {
+    let Some(end) = json_value_end(body, at) else {
         return (None, None);
     };
     let Ok(Value::String(name)) = serde_json::from_str::<Value>(&body[at..end]) else {
@@ -289,11 +289,7 @@ impl CallFormat {
     pub fn read_call(&self, text: &str, span: &CallSpan) -> CallText {
         let body = &text[span.body.clone()];
         if let CallFormat::Arguments(name) = self {
-            let arguments = if span.closed {
-                body.trim()
-            } else {
-                body.trim_start().trim_end()
-            };
+            let arguments = body.trim();
             let invalid =
                 span.closed && !matches!(serde_json::from_str(arguments), Ok(Value::Object(_)));
             return CallText {

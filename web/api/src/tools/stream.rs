@@ -153,7 +153,8 @@ impl ToolStream {
     /// OpenAI, with `stop`.
     pub fn finish_reason(&self, reason: &'static str) -> &'static str {
         let chose = !matches!(self.format, CallFormat::Arguments(_));
-        if reason == "stop" && chose && !self.calls().is_empty() {
+        let called = self.calls.iter().any(|c| c.done && !c.invalid);
+        if reason == "stop" && chose && called {
             "tool_calls"
         } else {
             reason
