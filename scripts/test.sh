@@ -8,8 +8,9 @@ scripts/fetch-model.sh
 NVRTC_LIB=$(scripts/fetch-nvrtc.sh)
 export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo fmt --all --check
-cargo clippy --workspace --all-targets --release -- -D warnings
-cargo test --workspace --release
+# `mpi`: tensor parallelism over MPI (Open MPI from .ci/run), tested under mpirun.
+cargo clippy --workspace --all-targets --release --features infer-cli/mpi -- -D warnings
+cargo test --workspace --release --features infer-cli/mpi
 # The browser engine: the wasm32 build, then its tests in headless Chromium (WebGPU).
 scripts/browser-tests.sh
 scripts/openai-client-tests.sh

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use infer_core::engine::sizing::{plan_kv_pool, profile_step, KvBudget, PoolRequest};
 use infer_core::{
     Backend, Engine, EngineConfig, Executor, LlamaExecutor, LlamaModel, PreemptionMode,
-    SchedulerConfig, Tokenizer,
+    ProcessGroup, SchedulerConfig, Tokenizer, TpExecutor,
 };
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -71,14 +71,34 @@ impl EngineArgs {
         }
     }
 
-    /// Sizes the KV pool for `model` on `backend` and builds the engine.
+    /// Sizes the KV pool for `model` on `backend` and builds the engine; with a
+    /// tensor-parallel group, rank 0's executor sends every step to the other ranks.
     pub fn build<B: Backend + 'static>(
         &self,
         backend: B,
         model: Arc<LlamaModel<B>>,
         tokenizer: Option<Arc<Tokenizer>>,
         max_model_len_is_explicit: bool,
+        group: Option<Arc<dyn ProcessGroup>>,
     ) -> Result<Engine<Box<dyn Executor>>> {
+        let (executor, config) =
+            self.executor(backend, model, max_model_len_is_explicit, group.as_deref())?;
+        let executor: Box<dyn Executor> = match group {
+            Some(group) => Box::new(TpExecutor::new(executor, group)),
+            None => Box::new(executor),
+        };
+        Ok(Engine::new(executor, tokenizer, config)?)
+    }
+
+    /// The KV pool sized for `model` on `backend` (the smallest any rank of `group` can
+    /// hold: every rank keeps the same blocks) and the executor over it.
+    pub fn executor<B: Backend + 'static>(
+        &self,
+        backend: B,
+        model: Arc<LlamaModel<B>>,
+        max_model_len_is_explicit: bool,
+        group: Option<&dyn ProcessGroup>,
+    ) -> Result<(LlamaExecutor<B>, EngineConfig)> {
         if self.block_size == 0 {
             anyhow::bail!("--block-size must be at least 1");
         }
@@ -98,17 +118,29 @@ impl EngineArgs {
         let bytes_per_block = model
             .kv_cache_spec(1, self.block_size)
             .bytes_per_block(backend.kv_element_bytes());
-        let plan = plan_kv_pool(
-            &PoolRequest {
-                budget,
-                swap_bytes: gib_to_bytes("swap-space", self.swap_space)?,
-                bytes_per_block,
-                block_size: self.block_size,
-                max_model_len: model.max_model_len(),
-                max_model_len_is_explicit,
-            },
-            profiled,
-        )?;
+        let mut request = PoolRequest {
+            budget,
+            swap_bytes: gib_to_bytes("swap-space", self.swap_space)?,
+            bytes_per_block,
+            block_size: self.block_size,
+            max_model_len: model.max_model_len(),
+            max_model_len_is_explicit,
+        };
+        let mut plan = plan_kv_pool(&request, profiled);
+        if let Some(group) = group {
+            // Every rank takes part even when its own plan failed, so none waits for it.
+            let mine = plan.as_ref().map_or(0, |p| p.num_device_blocks) as u64;
+            let blocks = group.all_reduce_min(mine)? as usize;
+            if blocks == 0 {
+                plan?;
+                anyhow::bail!("another rank could not size its KV pool (see its error)");
+            }
+            if blocks as u64 != mine {
+                request.budget = KvBudget::Blocks(blocks);
+                plan = plan_kv_pool(&request, None);
+            }
+        }
+        let plan = plan?;
         let config = EngineConfig {
             block_size: self.block_size,
             num_device_blocks: plan.num_device_blocks,
@@ -124,7 +156,6 @@ impl EngineArgs {
             plan.num_device_blocks,
             plan.num_host_blocks,
         )?;
-        let executor: Box<dyn Executor> = Box::new(executor);
-        Ok(Engine::new(executor, tokenizer, config)?)
+        Ok((executor, config))
     }
 }

@@ -4,6 +4,7 @@ mod bench;
 mod engine_args;
 mod generate;
 mod model;
+mod parallel;
 mod prompts_file;
 mod sampling_args;
 mod serve;
@@ -37,13 +38,38 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    if let Err(e) = run(Cli::parse()) {
+    let cli = Cli::parse_from(parallel::normalize_args(std::env::args()));
+    if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
 
+impl Command {
+    /// The model flags of commands that run a model.
+    fn model_args(&self) -> Option<&model::ModelArgs> {
+        match self {
+            Command::Generate(a) => Some(&a.load),
+            Command::Serve(a) => Some(&a.model),
+            Command::Bench(b) => b.model_args(),
+        }
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
+    // Ranks start (MPI) before anything else; ranks other than 0 only run the steps rank 0
+    // sends, whichever command was given. `_ranks` keeps MPI up until the command is done.
+    let _ranks = match cli.command.model_args() {
+        Some(m) => {
+            let runtime = parallel::start(&m.parallel, m.backend)?;
+            if parallel::group().is_some_and(|g| g.rank() != 0) {
+                parallel::ignore_stop_signals();
+                return m.run_worker();
+            }
+            Some(runtime)
+        }
+        None => None,
+    };
     match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Bench(cmd) => bench::run(cmd),

@@ -6,14 +6,17 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use infer_core::dummy::{open_dummy_config, DummyWeights};
+use infer_core::parallel::run_worker;
 use infer_core::{
-    open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, Tokenizer, WeightSource,
+    open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, TensorParallel, Tokenizer,
+    WeightSource,
 };
 use infer_cpu::CpuBackend;
 use infer_cuda::CudaBackend;
 use infer_wgpu::{WeightStorage, WgpuBackend};
 
 use crate::engine_args::EngineArgs;
+use crate::parallel::{self, ParallelArgs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -100,7 +103,11 @@ pub enum LoadFormat {
 
 /// Opens a model and uploads its weights to `backend`, with a progress bar; the weight files
 /// are released once uploaded. `tokenizer`, when given, names where the tokenizer comes from.
-pub fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> Result<(LlamaModel<B>, Tokenizer)> {
+pub fn load_model<B: Backend>(
+    backend: &B,
+    args: &ModelArgs,
+    tp: TensorParallel,
+) -> Result<(LlamaModel<B>, Tokenizer)> {
     let (config, weights, tokenizer): (_, Box<dyn WeightSource>, _) = match args.load_format {
         LoadFormat::Auto => {
             let ModelFiles {
@@ -153,12 +160,18 @@ pub fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> Result<(LlamaMod
             config.vocab_size
         );
     }
-    let bar = load_progress();
-    let model = LlamaModel::load(
+    // Only rank 0 draws the bar (every rank of a group writes to the same terminal).
+    let bar = if tp.rank == 0 {
+        load_progress()
+    } else {
+        ProgressBar::hidden()
+    };
+    let model = LlamaModel::load_sharded(
         backend,
         &config,
         weights.as_ref(),
         args.max_model_len,
+        tp,
         &mut |done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
@@ -202,28 +215,67 @@ pub struct ModelArgs {
     pub max_model_len: Option<usize>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
+}
+
+/// What this process does in its tensor-parallel group.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Rank 0 (or the only process): schedules and samples.
+    Leader,
+    /// Runs the steps rank 0 sends.
+    Worker,
 }
 
 /// An engine over whichever backend was chosen.
 pub type AnyEngine = Engine<Box<dyn Executor>>;
 
 impl ModelArgs {
-    /// Loads the model and builds the engine on the chosen backend.
+    /// Loads the model and builds the engine on the chosen backend (rank 0 of a
+    /// tensor-parallel group: the engine drives the other ranks).
     pub fn engine(&self) -> Result<(AnyEngine, Arc<Tokenizer>, String)> {
+        self.on_backend(Role::Leader)?
+            .context("rank 0 built no engine")
+    }
+
+    /// A tensor-parallel worker rank: loads its slice of the model and runs the steps rank 0
+    /// sends until rank 0 is done.
+    pub fn run_worker(&self) -> Result<()> {
+        self.on_backend(Role::Worker).map(drop)
+    }
+
+    fn on_backend(&self, role: Role) -> Result<Option<(AnyEngine, Arc<Tokenizer>, String)>> {
         init_threads(self.threads)?;
+        let group = parallel::group();
         match self.backend {
-            BackendKind::Cpu => self.engine_on(self.cpu_weights.backend()),
+            BackendKind::Cpu => {
+                let mut backend = self.cpu_weights.backend();
+                if let Some(g) = &group {
+                    backend = backend.with_group(g.clone());
+                }
+                self.engine_on(backend, role)
+            }
             BackendKind::Wgpu => {
                 let backend = WgpuBackend::new(self.wgpu_weights.storage())?;
                 tracing::info!(adapter = %backend.context().adapter_name(), "wgpu");
-                self.engine_on(backend)
+                self.engine_on(backend, role)
             }
             BackendKind::Cuda => {
                 let weights = match self.cuda_weights {
                     CudaWeights::F16 => infer_cuda::CudaWeights::F16,
                     CudaWeights::F32 => infer_cuda::CudaWeights::F32,
                 };
-                self.engine_on(CudaBackend::new(self.cuda_device, weights)?)
+                // Each rank of a node takes the next device.
+                let device = self.cuda_device
+                    + group
+                        .as_ref()
+                        .map_or(0, |_| parallel::local_rank().unwrap_or(0));
+                let mut backend = CudaBackend::new(device, weights)?;
+                if let Some(g) = &group {
+                    backend = backend.with_group(g.as_ref())?;
+                }
+                self.engine_on(backend, role)
             }
         }
     }
@@ -231,16 +283,37 @@ impl ModelArgs {
     fn engine_on<B: Backend + 'static>(
         &self,
         backend: B,
-    ) -> Result<(AnyEngine, Arc<Tokenizer>, String)> {
-        let name = backend.name();
-        let (model, tokenizer) = load_model(&backend, self)?;
+        role: Role,
+    ) -> Result<Option<(AnyEngine, Arc<Tokenizer>, String)>> {
+        let group = parallel::group();
+        let tp = group
+            .as_ref()
+            .map_or(TensorParallel::single(), TensorParallel::of);
+        let name = match &group {
+            Some(g) => format!("{} × {} ranks ({})", backend.name(), g.size(), g.describe()),
+            None => backend.name(),
+        };
+        let (model, tokenizer) = load_model(&backend, self, tp)?;
         let tokenizer = Arc::new(tokenizer);
-        let engine = self.engine.build(
-            backend,
-            Arc::new(model),
-            Some(tokenizer.clone()),
-            self.max_model_len.is_some(),
-        )?;
-        Ok((engine, tokenizer, name))
+        let explicit = self.max_model_len.is_some();
+        let model = Arc::new(model);
+        match (role, group) {
+            (Role::Worker, Some(group)) => {
+                let mut executor = self
+                    .engine
+                    .executor(backend, model, explicit, Some(group.as_ref()))?
+                    .0
+                    .headless();
+                run_worker(&mut executor, group.as_ref())?;
+                Ok(None)
+            }
+            (Role::Worker, None) => bail!("a worker rank needs a tensor-parallel group"),
+            (Role::Leader, group) => {
+                let engine =
+                    self.engine
+                        .build(backend, model, Some(tokenizer.clone()), explicit, group)?;
+                Ok(Some((engine, tokenizer, name)))
+            }
+        }
     }
 }

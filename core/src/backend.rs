@@ -255,6 +255,15 @@ pub trait Backend {
         batch: &Self::Batch,
         params: &AttentionParams,
     ) -> Result<Self::Tensor>;
+    /// Sums `x` element-wise over the ranks of the tensor-parallel group, in place (the
+    /// row-parallel o_proj and down_proj outputs). Called only with more than one rank; a
+    /// backend without collectives refuses (the default).
+    fn all_reduce_sum(&self, _x: &mut Self::Tensor) -> Result<()> {
+        Err(crate::error::InferError::Distributed(format!(
+            "the {} backend has no collectives (tensor parallelism runs on the cpu backend over MPI and on cuda over NCCL)",
+            self.name()
+        )))
+    }
     /// Rows of `x` listed in the batch's `logits_indices`.
     fn gather_logit_rows(&self, x: &Self::Tensor, batch: &Self::Batch) -> Result<Self::Tensor>;
 }

@@ -17,7 +17,7 @@ pub struct SequenceChunk<'a> {
     pub all_logits: bool,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BatchInput {
     /// `[num_tokens]`
     pub token_ids: Vec<u32>,

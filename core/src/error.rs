@@ -58,6 +58,10 @@ pub enum InferError {
         backend: &'static str,
         reason: String,
     },
+    /// Tensor parallelism: a layout that does not divide, a rank that is gone, a collective
+    /// that did not complete.
+    #[error("tensor parallel: {0}")]
+    Distributed(String),
     #[error("{backend} backend: {message}")]
     Backend {
         backend: &'static str,

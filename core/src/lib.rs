@@ -20,6 +20,7 @@ pub mod hub;
 #[cfg(feature = "native")]
 pub mod loader;
 pub mod model;
+pub mod parallel;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;
@@ -40,6 +41,7 @@ pub use generate::{FinishReason, GenerationOutput, Generator};
 #[cfg(feature = "native")]
 pub use loader::{open_model, ModelFiles};
 pub use model::LlamaModel;
+pub use parallel::{ProcessGroup, TensorParallel, TpExecutor};
 pub use sampling::SamplingParams;
 pub use scheduler::{PreemptionMode, SchedulerConfig};
 pub use tokenizer::{template_takes_tools, ChatMessage, Tokenizer};

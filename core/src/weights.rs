@@ -58,6 +58,18 @@ impl PackedBytes {
         PackedBytes(Bytes::Mapped { map, range })
     }
 
+    /// A sub-range, still a view of the mapped file where this is one (a rank's rows).
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Self {
+        match &self.0 {
+            Bytes::Owned(b) => PackedBytes(Bytes::Owned(b[range].into())),
+            #[cfg(feature = "native")]
+            Bytes::Mapped { map, range: outer } => PackedBytes(Bytes::Mapped {
+                map: map.clone(),
+                range: outer.start + range.start..outer.start + range.end,
+            }),
+        }
+    }
+
     /// Whether the bytes are a view of a mapped file (no copy).
     pub fn is_mapped(&self) -> bool {
         !matches!(self.0, Bytes::Owned(_))

@@ -34,6 +34,12 @@ def server():
         "--metrics-prefix", "vllm",
     ]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
+    # INFER_TP=N: the same suite against a tensor-parallel server (`mpirun -np N ... -tp N`).
+    tp = int(os.environ.get("INFER_TP", "1"))
+    if tp > 1:
+        args = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(tp)] + args
+        args += ["-tp", str(tp), "--threads", "1"]
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     url, seen = None, []
     for line in proc.stderr:
@@ -47,8 +53,20 @@ def server():
     # Keep draining stderr so the server never blocks on a full pipe.
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     yield url
-    proc.terminate()
+    # Under mpirun, rank 0 is the server: its SIGTERM shutdown releases the other ranks, and
+    # mpirun exits 0 once all have (mpirun itself exits 1 whenever it is signalled).
+    stop = rank0_pid(proc.pid) if tp > 1 else proc.pid
+    os.kill(stop, 15)
     assert proc.wait(timeout=30) == 0, "infer serve did not exit cleanly on SIGTERM"
+
+
+def rank0_pid(launcher: int) -> int:
+    with open(f"/proc/{launcher}/task/{launcher}/children") as f:
+        for pid in f.read().split():
+            with open(f"/proc/{pid}/environ", "rb") as env:
+                if b"OMPI_COMM_WORLD_RANK=0" in env.read().split(b"\0"):
+                    return int(pid)
+    raise RuntimeError("no rank 0 under mpirun")
 
 
 @pytest.fixture(scope="session")

@@ -91,7 +91,7 @@ fn last_position_logits_match_float64_reference() {
     let f = fixture();
     // Both weight modes: packed Q4_1/Q8_0 decoded in the matmul, and f32 dequantized at load.
     for backend in cpu_backends() {
-        let m = load_cpu_with(&smollm2_path(), backend);
+        let m = load_cpu_with(&smollm2_path(), backend.clone());
         for case in &f.cases {
             let bytes = std::fs::read(fixtures_dir().join(&case.logits_file)).unwrap();
             let reference: Vec<f32> = bytes

@@ -11,6 +11,7 @@ pub mod engine_loop;
 pub mod errors;
 mod listen;
 pub mod metrics;
+mod router_probes;
 mod routes;
 mod state;
 

@@ -18,14 +18,14 @@ use crate::errors::{recover, ApiError, ALLOWED_METHODS};
 use crate::state::ServerState;
 use crate::{chat, completions};
 
-fn with_state(
+pub(crate) fn with_state(
     state: Arc<ServerState>,
 ) -> impl Filter<Extract = (Arc<ServerState>,), Error = Infallible> + Clone {
     warp::any().map(move || state.clone())
 }
 
 /// GET, and HEAD answered alike (hyper sends no body for HEAD).
-fn get() -> impl Filter<Extract = (), Error = warp::Rejection> + Clone {
+pub(crate) fn get() -> impl Filter<Extract = (), Error = warp::Rejection> + Clone {
     warp::get().or(warp::head()).unify()
 }
 
@@ -203,6 +203,8 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
     let browser = crate::browser_page::routes(state.clone());
     let app = health
         .or(version)
+        .unify()
+        .or(crate::router_probes::routes(state.clone()))
         .unify()
         .or(metrics)
         .unify()

@@ -16,10 +16,12 @@ mod qdot;
 mod quant;
 mod tensor;
 
+use std::sync::Arc;
+
 use infer_core::block_manager::BlockCopy;
 use infer_core::{
     AttentionParams, Backend, BatchInput, HostTensor, InferError, KvCacheSpec, PackedTensor,
-    Result, RopeStyle,
+    ProcessGroup, Result, RopeStyle,
 };
 
 use kv_cache::copy_between;
@@ -29,9 +31,20 @@ pub use qdot::{matmul_quantized, Activations, Isa};
 use tensor::Storage;
 pub use tensor::{CpuBatch, CpuTensor};
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct CpuBackend {
     packed_weights: bool,
+    /// The tensor-parallel group whose MPI all-reduce sums the row-parallel outputs.
+    group: Option<Arc<dyn ProcessGroup>>,
+}
+
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBackend")
+            .field("packed_weights", &self.packed_weights)
+            .field("ranks", &self.group.as_ref().map(|g| g.size()))
+            .finish()
+    }
 }
 
 impl Default for CpuBackend {
@@ -45,6 +58,7 @@ impl CpuBackend {
     pub fn new() -> Self {
         CpuBackend {
             packed_weights: true,
+            group: None,
         }
     }
 
@@ -52,6 +66,15 @@ impl CpuBackend {
     pub fn f32_weights() -> Self {
         CpuBackend {
             packed_weights: false,
+            group: None,
+        }
+    }
+
+    /// Sums tensor-parallel partial results over `group` (its `all_reduce_sum`: MPI).
+    pub fn with_group(self, group: Arc<dyn ProcessGroup>) -> Self {
+        CpuBackend {
+            group: Some(group),
+            ..self
         }
     }
 }
@@ -412,6 +435,15 @@ impl Backend for CpuBackend {
             p,
         );
         Ok(CpuTensor::new(q.shape.clone(), out))
+    }
+
+    fn all_reduce_sum(&self, x: &mut CpuTensor) -> Result<()> {
+        match &self.group {
+            Some(group) => group.all_reduce_sum(x.f32_mut("all_reduce_sum")?),
+            None => Err(InferError::Distributed(
+                "the cpu backend was built without a process group".into(),
+            )),
+        }
     }
 
     fn gather_logit_rows(&self, x: &CpuTensor, batch: &CpuBatch) -> Result<CpuTensor> {

@@ -8,9 +8,11 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use infer_core::batch::BatchInput;
 use infer_core::error::Result;
+use infer_core::ProcessGroup;
 
 use crate::device::{elementwise, Device};
 use crate::error::{op_err, CudaError};
+use crate::nccl::NcclComm;
 use crate::tensor::{CudaTensor, Storage};
 
 /// How weight matrices are kept on the device.
@@ -30,6 +32,8 @@ pub struct CudaBackend {
     /// activations the profiling step needed, which are freed by the time memory is asked.
     step_bytes: Arc<AtomicU64>,
     pub(crate) peak_step_bytes: Arc<AtomicU64>,
+    /// The tensor-parallel group's NCCL communicator (`with_group`).
+    pub(crate) nccl: Option<Arc<NcclComm>>,
 }
 
 pub struct CudaBatch {
@@ -61,6 +65,17 @@ impl CudaBackend {
             weights,
             step_bytes: Arc::default(),
             peak_step_bytes: Arc::default(),
+            nccl: None,
+        })
+    }
+
+    /// Joins `group`'s NCCL communicator (every rank together), so `all_reduce_sum` runs
+    /// on this device's stream. A missing NCCL is an error naming what to install.
+    pub fn with_group(self, group: &dyn ProcessGroup) -> Result<Self> {
+        let comm = NcclComm::new(self.dev.stream.clone(), group)?;
+        Ok(CudaBackend {
+            nccl: Some(Arc::new(comm)),
+            ..self
         })
     }
 

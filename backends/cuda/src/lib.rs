@@ -9,6 +9,7 @@ mod cache;
 mod device;
 mod error;
 pub mod kernels;
+mod nccl;
 mod ops;
 mod tensor;
 
@@ -16,4 +17,5 @@ pub use backend::{CudaBackend, CudaBatch, CudaWeights};
 pub use cache::{CudaKvCache, CudaSwapSpace};
 pub use device::check_libraries;
 pub use error::CudaError;
+pub use nccl::check_nccl;
 pub use tensor::CudaTensor;

@@ -6,7 +6,7 @@ use infer_core::backend::{AttentionParams, Backend, DeviceMemory, DeviceTensor, 
 use infer_core::batch::BatchInput;
 use infer_core::block_manager::BlockCopy;
 use infer_core::config::RopeStyle;
-use infer_core::error::Result;
+use infer_core::error::{InferError, Result};
 use infer_core::weights::HostTensor;
 
 use crate::backend::{u32_arg, CudaBackend, CudaBatch, CudaWeights};
@@ -357,6 +357,15 @@ impl Backend for CudaBackend {
         p: &AttentionParams,
     ) -> Result<CudaTensor> {
         crate::attention::paged_attention(self, q, cache, layer, batch, p)
+    }
+
+    fn all_reduce_sum(&self, x: &mut CudaTensor) -> Result<()> {
+        let Some(comm) = &self.nccl else {
+            return Err(InferError::Distributed(
+                "this CUDA backend joined no NCCL communicator".into(),
+            ));
+        };
+        Ok(comm.all_reduce_sum(x.f32_mut("all_reduce_sum")?)?)
     }
 
     fn gather_logit_rows(&self, x: &CudaTensor, batch: &CudaBatch) -> Result<CudaTensor> {

@@ -12,6 +12,7 @@ use rand::SeedableRng;
 use serde_json::json;
 
 use super::{mean, percentile, random_prompt, ModelArgs};
+use crate::parallel;
 
 #[derive(Debug, Args)]
 pub struct LatencyArgs {
@@ -61,7 +62,12 @@ pub fn run(args: LatencyArgs) -> Result<()> {
     };
     let bar = ProgressBar::new((args.num_iters_warmup + args.num_iters) as u64);
     let (mut latency, mut ttft, mut decode) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut steps_before, mut collectives_before) = (0, None);
     for iter in 0..args.num_iters_warmup + args.num_iters {
+        if iter == args.num_iters_warmup {
+            steps_before = engine.stats().steps;
+            collectives_before = parallel::collective_snapshot();
+        }
         let prompts = (0..args.batch_size)
             .map(|_| Prompt::Tokens(random_prompt(&mut rng, args.input_len, vocab)))
             .collect();
@@ -97,6 +103,10 @@ pub fn run(args: LatencyArgs) -> Result<()> {
         "ttft_p50_s": percentile(&ttft, 0.5),
         "decode_tok_s_per_request_p50": percentile(&decode, 0.5),
         "latencies_s": latency,
+        "collectives": parallel::collective_report(
+            collectives_before,
+            engine.stats().steps - steps_before
+        ),
     });
     if args.json {
         println!("{report}");
@@ -118,6 +128,7 @@ pub fn run(args: LatencyArgs) -> Result<()> {
             percentile(&decode, 0.5),
             (args.input_len * args.batch_size) as f64 / percentile(&ttft, 0.5).max(1e-9)
         );
+        parallel::print_collectives(&report["collectives"]);
     }
     Ok(())
 }

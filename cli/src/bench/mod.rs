@@ -32,6 +32,17 @@ pub enum BenchCommand {
     Serve(serve::ServeBenchArgs),
 }
 
+impl BenchCommand {
+    /// The model flags of the benchmarks that run a model.
+    pub fn model_args(&self) -> Option<&ModelArgs> {
+        match self {
+            BenchCommand::Throughput(a) => Some(&a.model),
+            BenchCommand::Latency(a) => Some(&a.model),
+            _ => None,
+        }
+    }
+}
+
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Throughput(a) => throughput::run(a),

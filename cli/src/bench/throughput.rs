@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{random_prompt, ModelArgs};
+use crate::parallel;
 
 #[derive(Debug, Args)]
 pub struct ThroughputArgs {
@@ -138,6 +139,7 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
     )?;
 
     let before = engine.stats();
+    let collectives_before = parallel::collective_snapshot();
     let bar = ProgressBar::new(prompts.len() as u64).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} requests {elapsed}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -175,6 +177,7 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
         "n": args.n,
         "beam_width": args.beam_width,
         "kv_blocks_saved_by_sharing": saved,
+        "collectives": parallel::collective_report(collectives_before, stats.steps - before.steps),
     });
     if args.json {
         println!("{report}");
@@ -196,6 +199,7 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
             "KV blocks saved by sharing (mean over steps): {:.1}%",
             saved * 100.0
         );
+        parallel::print_collectives(&report["collectives"]);
     }
     Ok(())
 }

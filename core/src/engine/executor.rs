@@ -44,6 +44,8 @@ pub struct LlamaExecutor<B: Backend> {
     model: Arc<LlamaModel<B>>,
     kv: B::KvCache,
     swap: B::SwapSpace,
+    /// False on tensor-parallel workers: they run the layers and leave the logits to rank 0.
+    logits: bool,
 }
 
 impl<B: Backend> LlamaExecutor<B> {
@@ -61,7 +63,16 @@ impl<B: Backend> LlamaExecutor<B> {
             model,
             kv,
             swap,
+            logits: true,
         })
+    }
+
+    /// An executor that runs every layer but computes no logits (a tensor-parallel worker).
+    pub fn headless(self) -> Self {
+        LlamaExecutor {
+            logits: false,
+            ..self
+        }
     }
 
     pub fn backend(&self) -> &B {
@@ -89,6 +100,10 @@ impl<B: Backend> Executor for LlamaExecutor<B> {
         let Some(batch) = batch else {
             return Ok(nothing);
         };
+        if !self.logits {
+            self.model.forward_hidden(b, batch, &mut self.kv)?;
+            return Ok(nothing);
+        }
         let logits = self.model.forward(b, batch, &mut self.kv)?;
         if batch.logits_indices.is_empty() {
             return Ok(nothing);

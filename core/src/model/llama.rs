@@ -5,6 +5,7 @@ use crate::backend::{AttentionParams, Backend, KvCacheSpec};
 use crate::batch::BatchInput;
 use crate::config::ModelConfig;
 use crate::error::{InferError, Result};
+use crate::parallel::{shard_packed, shard_weight, TensorParallel};
 use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
 
 struct Layer<T> {
@@ -28,6 +29,18 @@ pub fn upload_weight<B: Backend>(
     config: &ModelConfig,
     w: WeightName,
 ) -> Result<B::Tensor> {
+    upload_shard(backend, weights, config, &TensorParallel::single(), w)
+}
+
+/// `upload_weight` of this rank's slice (`parallel::shard_weight`); `config` is the whole
+/// model's.
+pub fn upload_shard<B: Backend>(
+    backend: &B,
+    weights: &dyn WeightSource,
+    config: &ModelConfig,
+    tp: &TensorParallel,
+    w: WeightName,
+) -> Result<B::Tensor> {
     let is_matrix = !matches!(
         w,
         WeightName::FinalNorm
@@ -39,14 +52,19 @@ pub fn upload_weight<B: Backend>(
     );
     if is_matrix {
         if let Some(packed) = weights.load_packed(w, config)? {
-            return match backend.upload_packed(&packed)? {
-                Some(t) => Ok(t),
-                None => backend.upload_matrix(&packed.dequantize()),
+            let dense = match shard_packed(tp, config, w, packed.clone()) {
+                Some(part) => match backend.upload_packed(&part)? {
+                    Some(t) => return Ok(t),
+                    None => part.dequantize(),
+                },
+                // Columns cut inside a quant block: this rank's part only exists as f32.
+                None => shard_weight(tp, config, w, packed.dequantize()),
             };
+            return backend.upload_matrix(&dense);
         }
-        return backend.upload_matrix(&weights.load(w, config)?);
+        return backend.upload_matrix(&shard_weight(tp, config, w, weights.load(w, config)?));
     }
-    backend.upload(&weights.load(w, config)?)
+    backend.upload(&shard_weight(tp, config, w, weights.load(w, config)?))
 }
 
 pub struct LlamaModel<B: Backend> {
@@ -58,6 +76,9 @@ pub struct LlamaModel<B: Backend> {
     final_norm: B::Tensor,
     layers: Vec<Layer<B::Tensor>>,
     cos_sin: B::Tensor,
+    /// This rank's place; with more than one rank, `config` holds this rank's heads and
+    /// MLP columns and the forward all-reduces o_proj's and down_proj's outputs.
+    tp: TensorParallel,
 }
 
 /// The context to serve: the model's own, or a smaller one asked for.
@@ -89,7 +110,29 @@ impl<B: Backend> LlamaModel<B> {
         max_model_len: Option<usize>,
         progress: LoadProgress,
     ) -> Result<Self> {
+        Self::load_sharded(
+            backend,
+            config,
+            weights,
+            max_model_len,
+            TensorParallel::single(),
+            progress,
+        )
+    }
+
+    /// `load` of this rank's slice of every weight (`parallel::shard_weight`); a layout
+    /// `tp` does not divide is refused before any weight is read.
+    pub fn load_sharded(
+        backend: &B,
+        config: &ModelConfig,
+        weights: &dyn WeightSource,
+        max_model_len: Option<usize>,
+        tp: TensorParallel,
+        progress: LoadProgress,
+    ) -> Result<Self> {
         config.validate()?;
+        tp.check(config)?;
+        let local = tp.local_config(config);
         let max_model_len = checked_max_model_len(config, max_model_len)?;
         let has_lm_head = weights.contains(WeightName::LmHead);
         if !has_lm_head && !config.tie_word_embeddings {
@@ -100,12 +143,17 @@ impl<B: Backend> LlamaModel<B> {
         }
         let total = Self::weight_names(config, has_lm_head).len();
         let mut done = 0;
-        Self::from_weights(backend, config, max_model_len, has_lm_head, &mut |w| {
-            let t = upload_weight(backend, weights, config, w)?;
+        let model = Self::from_weights(backend, &local, max_model_len, has_lm_head, &mut |w| {
+            let t = upload_shard(backend, weights, config, &tp, w)?;
             done += 1;
             progress(done, total);
             Ok(t)
-        })
+        })?;
+        Ok(LlamaModel { tp, ..model })
+    }
+
+    pub fn tensor_parallel(&self) -> TensorParallel {
+        self.tp
     }
 
     /// Every weight the forward uses, in the order `from_weights` asks for them.
@@ -190,6 +238,7 @@ impl<B: Backend> LlamaModel<B> {
             final_norm,
             layers,
             cos_sin: backend.upload(&cos_sin)?,
+            tp: TensorParallel::single(),
         })
     }
 
@@ -238,15 +287,41 @@ impl<B: Backend> LlamaModel<B> {
         kv: &mut B::KvCache,
     ) -> Result<B::Tensor> {
         self.check_batch(batch)?;
-        let c = &self.config;
         let meta = backend.upload_batch(batch)?;
+        let x = self.layers_forward(backend, &meta, kv)?;
+        let last = backend.gather_logit_rows(&x, &meta)?;
+        let c = &self.config;
+        let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
+        backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))
+    }
+
+    /// Every layer of one step, without the logits: the hidden states `[num_tokens, hidden]`
+    /// (all a tensor-parallel worker computes; it leaves sampling to rank 0).
+    pub fn forward_hidden(
+        &self,
+        backend: &B,
+        batch: &BatchInput,
+        kv: &mut B::KvCache,
+    ) -> Result<B::Tensor> {
+        self.check_batch(batch)?;
+        let meta = backend.upload_batch(batch)?;
+        self.layers_forward(backend, &meta, kv)
+    }
+
+    fn layers_forward(
+        &self,
+        backend: &B,
+        meta: &B::Batch,
+        kv: &mut B::KvCache,
+    ) -> Result<B::Tensor> {
+        let c = &self.config;
         let attn = AttentionParams {
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
-        let mut x = backend.embedding(&self.embed, &meta)?;
+        let mut x = backend.embedding(&self.embed, meta)?;
         for (i, l) in self.layers.iter().enumerate() {
             let h = backend.rms_norm(&x, &l.attn_norm, c.rms_norm_eps)?;
             let [mut q, mut k, mut v] =
@@ -256,20 +331,26 @@ impl<B: Backend> LlamaModel<B> {
                 backend.add_bias(&mut k, bk)?;
                 backend.add_bias(&mut v, bv)?;
             }
-            backend.rope(&mut q, &meta, &self.cos_sin, c.head_dim, c.rope_style)?;
-            backend.rope(&mut k, &meta, &self.cos_sin, c.head_dim, c.rope_style)?;
-            backend.write_kv(kv, i, &k, &v, &meta)?;
-            let a = backend.paged_attention(&q, kv, i, &meta, &attn)?;
-            backend.add_assign(&mut x, &backend.matmul(&a, &l.wo)?)?;
+            backend.rope(&mut q, meta, &self.cos_sin, c.head_dim, c.rope_style)?;
+            backend.rope(&mut k, meta, &self.cos_sin, c.head_dim, c.rope_style)?;
+            backend.write_kv(kv, i, &k, &v, meta)?;
+            let a = backend.paged_attention(&q, kv, i, meta, &attn)?;
+            let mut o = backend.matmul(&a, &l.wo)?;
+            if self.tp.is_parallel() {
+                backend.all_reduce_sum(&mut o)?;
+            }
+            backend.add_assign(&mut x, &o)?;
 
             let h = backend.rms_norm(&x, &l.ffn_norm, c.rms_norm_eps)?;
             let [gate, up] = outputs(backend, backend.matmul_many(&h, &[&l.gate, &l.up])?)?;
             let act = backend.silu_mul(&gate, &up)?;
-            backend.add_assign(&mut x, &backend.matmul(&act, &l.down)?)?;
+            let mut down = backend.matmul(&act, &l.down)?;
+            if self.tp.is_parallel() {
+                backend.all_reduce_sum(&mut down)?;
+            }
+            backend.add_assign(&mut x, &down)?;
         }
-        let last = backend.gather_logit_rows(&x, &meta)?;
-        let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
-        backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))
+        Ok(x)
     }
 }
 

@@ -117,7 +117,7 @@ pub struct ScheduledChunk {
 }
 
 /// Block moves the backend performs before the step's forward, in this order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CacheOps {
     /// `(device, host)`
     pub swap_out: Vec<BlockCopy>,

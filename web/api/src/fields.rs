@@ -10,13 +10,38 @@ use crate::types::{
     ChatMessageIn, MessageContent, SamplingFields, StructuredFields, IGNORED_FIELDS,
 };
 
-/// A 400 naming the first field (in name order) that is neither known nor in `IGNORED_FIELDS`.
+/// SGLang fields its router (sglang-router / sgl-model-gateway) writes into every request it
+/// forwards, at their defaults. Each is accepted only at the value that is what infer does
+/// anyway (`None`: any boolean; infer has no reasoning parser, so there is nothing to
+/// separate or stream apart); any other value is refused like an unknown field.
+const ROUTER_DEFAULTS: &[(&str, Option<bool>)] = &[
+    ("no_stop_trim", Some(false)),
+    ("return_hidden_states", Some(false)),
+    ("continue_final_message", Some(false)),
+    ("separate_reasoning", None),
+    ("stream_reasoning", None),
+];
+
+fn is_router_default(key: &str, value: &Value) -> bool {
+    ROUTER_DEFAULTS.iter().any(|(k, want)| {
+        *k == key
+            && match (want, value) {
+                (None, Value::Bool(_)) => true,
+                (Some(w), Value::Bool(b)) => w == b,
+                _ => false,
+            }
+    })
+}
+
+/// A 400 naming the first field (in name order) that is neither known nor in `IGNORED_FIELDS`
+/// (nor a router's default, `ROUTER_DEFAULTS`).
 pub fn check_extra_fields(
     extra: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), RequestError> {
     let mut unknown: Vec<&String> = extra
-        .keys()
-        .filter(|k| !IGNORED_FIELDS.contains(&k.as_str()))
+        .iter()
+        .filter(|(k, v)| !IGNORED_FIELDS.contains(&k.as_str()) && !is_router_default(k, v))
+        .map(|(k, _)| k)
         .collect();
     unknown.sort();
     match unknown.first() {
@@ -129,4 +154,28 @@ fn past_calls(i: usize, m: &ChatMessageIn) -> Result<Option<Vec<Value>>, Request
         }));
     }
     Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extra(v: Value) -> serde_json::Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn router_defaults_pass_and_other_values_are_named() {
+        let router = json!({"no_stop_trim": false, "return_hidden_states": false,
+            "continue_final_message": false, "separate_reasoning": true, "stream_reasoning": true});
+        assert!(check_extra_fields(&extra(router)).is_ok());
+        for (k, v) in [
+            ("no_stop_trim", json!(true)),
+            ("return_hidden_states", json!(true)),
+            ("separate_reasoning", json!("yes")),
+        ] {
+            let err = check_extra_fields(&extra(json!({ k: v }))).unwrap_err();
+            assert!(format!("{err:?}").contains(k), "{err:?}");
+        }
+    }
 }

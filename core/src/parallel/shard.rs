@@ -1,0 +1,213 @@
+//! A rank's slice of each weight: q/k/v (and their biases) and gate/up by output rows (heads,
+//! MLP columns), o_proj and down_proj by input columns; norms, embedding and lm_head whole.
+//! Quantized weights are cut on block boundaries: whole rows are a view of the same bytes,
+//! columns are whole blocks of every row; a column cut inside a block is dequantized first.
+
+use super::TensorParallel;
+use crate::config::ModelConfig;
+use crate::weights::{HostTensor, LayerWeight, PackedTensor, WeightName};
+
+/// Which part of a weight a rank holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Split {
+    Whole,
+    /// Output rows `start..start + len` (the first dimension; elements of a bias).
+    Rows {
+        start: usize,
+        len: usize,
+    },
+    /// Input columns `start..start + len` of every row.
+    Cols {
+        start: usize,
+        len: usize,
+    },
+}
+
+fn split(tp: &TensorParallel, c: &ModelConfig, w: WeightName) -> Split {
+    if !tp.is_parallel() {
+        return Split::Whole;
+    }
+    let q_len = c.num_heads / tp.size * c.head_dim;
+    let kv_len = tp.local_kv_heads(c) * c.head_dim;
+    let kv_start = tp.first_kv_head(c) * c.head_dim;
+    let ff_len = c.intermediate_size / tp.size;
+    let WeightName::Layer(_, w) = w else {
+        return Split::Whole;
+    };
+    match w {
+        LayerWeight::Q | LayerWeight::QBias => Split::Rows {
+            start: tp.rank * q_len,
+            len: q_len,
+        },
+        LayerWeight::K | LayerWeight::V | LayerWeight::KBias | LayerWeight::VBias => Split::Rows {
+            start: kv_start,
+            len: kv_len,
+        },
+        LayerWeight::Gate | LayerWeight::Up => Split::Rows {
+            start: tp.rank * ff_len,
+            len: ff_len,
+        },
+        LayerWeight::O => Split::Cols {
+            start: tp.rank * q_len,
+            len: q_len,
+        },
+        LayerWeight::Down => Split::Cols {
+            start: tp.rank * ff_len,
+            len: ff_len,
+        },
+        LayerWeight::AttnNorm | LayerWeight::FfnNorm => Split::Whole,
+    }
+}
+
+/// This rank's part of a dense weight of the full model's shape.
+pub fn shard_weight(
+    tp: &TensorParallel,
+    c: &ModelConfig,
+    w: WeightName,
+    t: HostTensor,
+) -> HostTensor {
+    let cols = if t.shape.len() == 2 { t.shape[1] } else { 1 };
+    match split(tp, c, w) {
+        Split::Whole => t,
+        Split::Rows { start, len } => {
+            let mut shape = t.shape.clone();
+            shape[0] = len;
+            HostTensor::new(shape, t.data[start * cols..(start + len) * cols].to_vec())
+        }
+        Split::Cols { start, len } => {
+            let rows = t.shape[0];
+            let data = (0..rows)
+                .flat_map(|r| &t.data[r * cols + start..r * cols + start + len])
+                .copied()
+                .collect();
+            HostTensor::new(vec![rows, len], data)
+        }
+    }
+}
+
+/// This rank's part of a block-quantized weight, still packed; `None` when its columns do not
+/// start and end on block boundaries (the caller dequantizes and uses `shard_weight`).
+pub fn shard_packed(
+    tp: &TensorParallel,
+    c: &ModelConfig,
+    w: WeightName,
+    p: PackedTensor,
+) -> Option<PackedTensor> {
+    let row_bytes = p.row_bytes();
+    let (per_block, block_bytes) = p.dtype.block();
+    match split(tp, c, w) {
+        Split::Whole => Some(p),
+        Split::Rows { start, len } => Some(PackedTensor {
+            shape: vec![len, p.shape[1]],
+            dtype: p.dtype,
+            data: p.data.slice(start * row_bytes..(start + len) * row_bytes),
+        }),
+        Split::Cols { start, len } => {
+            if !start.is_multiple_of(per_block) || !len.is_multiple_of(per_block) {
+                return None;
+            }
+            let (from, n) = (
+                start / per_block * block_bytes,
+                len / per_block * block_bytes,
+            );
+            let mut data = Vec::with_capacity(p.shape[0] * n);
+            for r in 0..p.shape[0] {
+                data.extend_from_slice(&p.data[r * row_bytes + from..r * row_bytes + from + n]);
+            }
+            Some(PackedTensor {
+                shape: vec![p.shape[0], len],
+                dtype: p.dtype,
+                data: data.into(),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RopeStyle;
+    use crate::gguf::GgmlType;
+
+    fn config() -> ModelConfig {
+        ModelConfig {
+            architecture: "llama".into(),
+            vocab_size: 64,
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_layers: 1,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 16,
+            rms_norm_eps: 1e-5,
+            rope_theta: 10000.0,
+            rope_scaling: None,
+            rope_style: RopeStyle::HalfSplit,
+            max_position_embeddings: 64,
+            tie_word_embeddings: true,
+            attention_bias: false,
+        }
+    }
+
+    fn q8_0(rows: usize, cols: usize, seed: u32) -> PackedTensor {
+        let (per, bytes) = GgmlType::Q8_0.block();
+        let n = rows * cols / per * bytes;
+        // Scale 1.0 (f16 0x3C00), then int8 values varying with the position.
+        let mut data = Vec::with_capacity(n);
+        for b in 0..rows * cols / per {
+            data.extend_from_slice(&[0x00, 0x3C]);
+            data.extend((0..per).map(|i| ((b * 31 + i * 7 + seed as usize) % 200) as u8));
+        }
+        PackedTensor {
+            shape: vec![rows, cols],
+            dtype: GgmlType::Q8_0,
+            data: data.into(),
+        }
+    }
+
+    #[test]
+    fn packed_slices_dequantize_to_the_dense_slices() {
+        let c = config();
+        for size in [2, 4] {
+            for rank in 0..size {
+                let tp = TensorParallel { rank, size };
+                for (w, rows, cols) in [
+                    (LayerWeight::Q, 64, 64),
+                    (LayerWeight::K, 32, 64),
+                    (LayerWeight::Gate, 128, 64),
+                    (LayerWeight::O, 64, 64),
+                    (LayerWeight::Down, 64, 128),
+                ] {
+                    let w = WeightName::Layer(0, w);
+                    let p = q8_0(rows, cols, rank as u32);
+                    let dense = shard_weight(&tp, &c, w, p.dequantize());
+                    let packed = shard_packed(&tp, &c, w, p).expect("block-aligned");
+                    assert_eq!(packed.dequantize(), dense, "{w:?} rank {rank}/{size}");
+                    let local = tp.local_config(&c);
+                    assert_eq!(dense.shape, w.expected_shape(&local), "{w:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn columns_inside_a_block_are_left_to_the_dense_path() {
+        let mut c = config();
+        c.num_heads = 8;
+        c.head_dim = 8; // o_proj columns per rank of 4: 16, not a multiple of Q8_0's 32
+        let tp = TensorParallel { rank: 1, size: 4 };
+        let w = WeightName::Layer(0, LayerWeight::O);
+        assert!(shard_packed(&tp, &c, w, q8_0(64, 64, 0)).is_none());
+    }
+
+    #[test]
+    fn replicated_kv_heads_go_to_the_ranks_whose_queries_read_them() {
+        let c = config(); // 4 heads, 2 KV heads
+        let k = HostTensor::new(vec![32, 1], (0..32).map(|x| x as f32).collect());
+        let w = WeightName::Layer(0, LayerWeight::KBias);
+        let heads: Vec<f32> = (0..4)
+            .map(|rank| shard_weight(&TensorParallel { rank, size: 4 }, &c, w, k.clone()).data[0])
+            .collect();
+        assert_eq!(heads, vec![0.0, 0.0, 16.0, 16.0]);
+    }
+}
