@@ -181,8 +181,16 @@ mod tests {
                     let w = WeightName::Layer(0, w);
                     let p = q8_0(rows, cols, rank as u32);
                     let dense = shard_weight(&tp, &c, w, p.dequantize());
-                    let packed = shard_packed(&tp, &c, w, p).expect("block-aligned");
-                    assert_eq!(packed.dequantize(), dense, "{w:?} rank {rank}/{size}");
+                    match shard_packed(&tp, &c, w, p) {
+                        Some(packed) => {
+                            assert_eq!(packed.dequantize(), dense, "{w:?} rank {rank}/{size}")
+                        }
+                        // o_proj at tp 4: 16 columns per rank, inside Q8_0's 32-wide blocks.
+                        None => assert!(
+                            size == 4 && w == WeightName::Layer(0, LayerWeight::O),
+                            "{w:?} rank {rank}/{size} not packed"
+                        ),
+                    }
                     let local = tp.local_config(&c);
                     assert_eq!(dense.shape, w.expected_shape(&local), "{w:?}");
                 }
