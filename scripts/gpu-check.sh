@@ -30,6 +30,13 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 done
 TORCH_LIBS=$(python3 -c 'import glob, os, torch; d = os.path.dirname(torch.__file__); print(":".join([d + "/lib"] + glob.glob(d + "/../nvidia/*/lib")))' 2>/dev/null || true)
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$TORCH_LIBS"
+# NCCL (tensor parallelism): PyTorch's wheel ships libnccl.so.2; cudarc opens libnccl.so.
+NCCL2=$(echo "$LD_LIBRARY_PATH" | tr ':' '\n' | while read -r d; do
+  [ -n "$d" ] && [ -f "$d/libnccl.so.2" ] && { echo "$d/libnccl.so.2"; break; }; done)
+if [ -n "$NCCL2" ]; then
+  mkdir -p /tmp/nccl-link && ln -sf "$NCCL2" /tmp/nccl-link/libnccl.so
+  export LD_LIBRARY_PATH="/tmp/nccl-link:$LD_LIBRARY_PATH"
+fi
 export INFER_TEST_MODEL=$PWD/$MODEL HF_HUB_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.memory --format=csv
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -37,7 +44,7 @@ export GPU_NAME
 
 declare -a ROWS
 status=0
-for t in nvrtc no_gpu kernels smollm2; do
+for t in nvrtc no_gpu kernels nccl smollm2; do
   exe=$B/bin/cuda-$t
   [ -x "$exe" ] || { ROWS+=("test $t|missing"); status=1; continue; }
   if out=$("$exe" --test-threads 1 --nocapture 2>&1); then
@@ -62,6 +69,20 @@ bench() { # name, then infer arguments; records the JSON line
 }
 SMOL=(--model "$MODEL" --backend cuda)
 DUMMY=(--model configs/llama-3-8b/config.json --load-format dummy --tokenizer "$MODEL" --backend cuda)
+# Tensor parallelism's CUDA path at world size 1 (one GPU; two ranks need two): `mp` builds
+# the NCCL communicator and hands every step over, and must give the plain greedy tokens.
+greedy() {
+  "$I" generate "${SMOL[@]}" --chat --prompt "What is the capital of France?" --temperature 0 \
+    --max-tokens 32 --json "$@" 2>/tmp/greedy-err | head -1 |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["token_ids"])' 2>/dev/null
+}
+plain=$(greedy); tp1=$(greedy -tp 1 --distributed-executor-backend mp)
+if [ -n "$plain" ] && [ "$plain" = "$tp1" ]; then
+  ROWS+=("smollm2 greedy, mp -tp 1 (NCCL) == plain|ok")
+else
+  ROWS+=("smollm2 greedy, mp -tp 1 (NCCL) == plain|FAILED: $(tail -2 /tmp/greedy-err | tr '\n' ' ')")
+  status=1
+fi
 bench "smollm2 throughput 256x(128+128)" bench throughput "${SMOL[@]}" --num-prompts 256 --input-len 128 --output-len 128 --ignore-eos
 bench "smollm2 batch-1 decode" bench latency "${SMOL[@]}" --batch-size 1 --input-len 32 --output-len 256 --num-iters 3
 bench "llama-3-8b(dummy) throughput 128x(128+128)" bench throughput "${DUMMY[@]}" --num-prompts 128 --input-len 128 --output-len 128 --ignore-eos

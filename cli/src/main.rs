@@ -57,11 +57,12 @@ impl Command {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    // Ranks start (MPI) before anything else; ranks other than 0 only run the steps rank 0
-    // sends, whichever command was given. `_ranks` keeps MPI up until the command is done.
+    // Ranks start (MPI, or rank 0 starting them: mp) before anything else; ranks other than
+    // 0 only run the steps rank 0 sends, whichever command was given. `_ranks` keeps MPI up,
+    // or rank 0's hold on the ranks it started, until the command is done.
     let _ranks = match cli.command.model_args() {
         Some(m) => {
-            let runtime = parallel::start(&m.parallel, m.backend)?;
+            let runtime = parallel::start(&m.parallel, m.backend, m.cuda_device)?;
             if parallel::group().is_some_and(|g| g.rank() != 0) {
                 parallel::ignore_stop_signals();
                 return m.run_worker();

@@ -285,6 +285,20 @@ fn bad_tensor_parallel_sizes_are_refused_before_loading() {
         .output()
         .unwrap();
     fails_fast_with(out, t, "CUDA backend unavailable");
+    // Without a launcher, cuda ranks are started by rank 0 (mp), and none starts on a
+    // machine without the GPUs; the cpu backend's ranks need MPI's all-reduce.
+    for (extra, needle) in [
+        (&["--backend", "cuda"][..], "CUDA backend unavailable"),
+        (
+            &["--distributed-executor-backend", "mp"][..],
+            "the cpu backend's ranks sum over MPI",
+        ),
+    ] {
+        let t = Instant::now();
+        let mut c = Command::new(EXE);
+        c.args(base).args(["-tp", "3"]).args(extra);
+        fails_fast_with(c.output().unwrap(), t, needle);
+    }
 }
 
 fn rank_pid(launcher: &Child, rank: usize) -> Option<u32> {

@@ -125,6 +125,9 @@ def test_worker_endpoints_the_router_reads(replicas):
     metrics = http_get(url + "/metrics")[1]
     for name in ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]:
         assert name in metrics
+    # The Kubernetes inference gateway reads the KV block size (prefix-aware routing) from here.
+    assert re.search(r'^vllm:cache_config_info\{block_size="16",[^}]*num_gpu_blocks="\d+"[^}]*\} 1$',
+                     metrics, re.M), metrics
 
 
 def test_requests_spread_over_both_replicas_and_survive_one_stopping(replicas, router):

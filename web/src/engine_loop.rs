@@ -100,6 +100,7 @@ impl EngineHandle {
                         return;
                     }
                 };
+                metrics.record_cache_config(engine.config());
                 let last_stats = engine.stats();
                 Loop {
                     engine,

@@ -3,10 +3,10 @@
 //! inference gateway read them unchanged). The engine thread updates them after every loop
 //! iteration; `/metrics` only encodes the registry, so a scrape never waits for a step.
 
-use infer_core::{EngineStats, FinishReason, RequestMetrics};
+use infer_core::{EngineConfig, EngineStats, FinishReason, RequestMetrics};
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// vLLM's buckets for TTFT (seconds).
@@ -24,6 +24,13 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
 ];
+/// `cache_config_info`'s labels, as vLLM names them.
+const CACHE_CONFIG_LABELS: [&str; 4] = [
+    "block_size",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "enable_prefix_caching",
+];
 const TOKEN_BUCKETS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
 ];
@@ -35,6 +42,7 @@ pub struct Metrics {
     swapped: IntGauge,
     kv_usage: Gauge,
     kv_blocks_used: IntGauge,
+    cache_config: GaugeVec,
     prefix_cache_hits: IntCounter,
     prefix_cache_queries: IntCounter,
     preemptions: IntCounter,
@@ -95,6 +103,14 @@ impl Metrics {
             &["finished_reason"],
         )?;
         registry.register(Box::new(requests_finished.clone()))?;
+        let cache_config = GaugeVec::new(
+            opts(
+                "cache_config_info",
+                "The KV cache's configuration as labels (value 1).",
+            ),
+            &CACHE_CONFIG_LABELS,
+        )?;
+        registry.register(Box::new(cache_config.clone()))?;
         Ok(Metrics {
             running: gauge(
                 "num_requests_running",
@@ -106,6 +122,7 @@ impl Metrics {
                 "Requests swapped out to host memory.",
             )?,
             kv_usage,
+            cache_config,
             kv_blocks_used: gauge(
                 "kv_cache_blocks_used",
                 "Distinct device KV blocks referenced by live sequences.",
@@ -182,6 +199,19 @@ impl Metrics {
             )?,
             registry,
         })
+    }
+
+    /// The engine's KV cache configuration, once it is built (vLLM's `cache_config_info`;
+    /// the Kubernetes inference gateway reads `block_size` from it to route by prefix).
+    pub fn record_cache_config(&self, c: &EngineConfig) {
+        let values = [
+            c.block_size.to_string(),
+            c.num_device_blocks.to_string(),
+            c.num_host_blocks.to_string(),
+            c.enable_prefix_caching.to_string(),
+        ];
+        let labels: Vec<&str> = values.iter().map(String::as_str).collect();
+        self.cache_config.with_label_values(&labels).set(1.0);
     }
 
     /// Gauges from the engine's live state; counters by the growth since `last`.

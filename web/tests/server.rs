@@ -173,6 +173,9 @@ fn chat_page_and_metrics_are_served() {
     // Three tokens: two intervals between the request's outputs.
     assert!(metric_in(&text, "infer:inter_token_latency_seconds_count") >= 2.0);
     assert!(metric_in(&text, "infer:prefix_cache_queries_total") >= 1.0);
+    // The KV cache's configuration as labels, as the Kubernetes inference gateway reads it.
+    let config = r#"infer:cache_config_info{block_size="16",enable_prefix_caching="true",model_name="smol",num_cpu_blocks="0",num_gpu_blocks="256"} 1"#;
+    assert!(text.contains(config), "{text}");
 }
 
 #[test]

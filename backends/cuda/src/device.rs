@@ -37,6 +37,22 @@ pub fn check_libraries() -> Result<(), CudaError> {
     Ok(())
 }
 
+/// Refuses, before any rank starts, a tensor-parallel group of `ranks` GPUs from `first`
+/// that this machine cannot hold: a missing library or NCCL, or too few devices (NCCL runs
+/// one rank per GPU).
+pub fn check_devices(first: usize, ranks: usize) -> Result<(), CudaError> {
+    check_libraries()?;
+    crate::nccl::check_nccl()?;
+    let count = CudaContext::device_count()?.max(0) as usize;
+    if first + ranks > count {
+        return Err(CudaError::Unavailable(format!(
+            "--tensor-parallel-size {ranks} from CUDA device {first} needs devices {first}..={}, but {count} present (one GPU per rank)",
+            first + ranks - 1
+        )));
+    }
+    Ok(())
+}
+
 /// One device: context, its stream (all work is ordered on it), cuBLAS and the kernels.
 pub struct Device {
     pub ctx: Arc<CudaContext>,

@@ -15,7 +15,7 @@ mod tensor;
 
 pub use backend::{CudaBackend, CudaBatch, CudaWeights};
 pub use cache::{CudaKvCache, CudaSwapSpace};
-pub use device::check_libraries;
+pub use device::{check_devices, check_libraries};
 pub use error::CudaError;
 pub use nccl::check_nccl;
 pub use tensor::CudaTensor;

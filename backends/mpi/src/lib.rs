@@ -16,18 +16,6 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Threading;
 
-/// Whether this process was started by an MPI launcher (Open MPI, MPICH/Hydra, PMIx, Slurm).
-pub fn launched_by_mpi() -> bool {
-    [
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_SIZE",
-        "PMIX_RANK",
-        "MPI_LOCALNRANKS",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some())
-}
-
 /// Keeps MPI initialized; finalizes it when dropped (the end of `main`: a rank that exits
 /// without finalizing is reported by the launcher as failed).
 pub struct MpiRuntime {

@@ -1,5 +1,10 @@
-//! Tensor-parallel launch: `--tensor-parallel-size/-tp N` under `mpirun`/`srun` (MPI gives
-//! every process its rank; rank 0 serves, the others run `run_worker`), with vLLM's flag names.
+//! Tensor-parallel launch, with vLLM's flag names: `--tensor-parallel-size/-tp N` under
+//! `mpirun`/`srun` (MPI gives every process its rank), or on one node with rank 0 starting
+//! the other ranks itself (`mp`, CUDA without MPI). Rank 0 serves; the others run
+//! `run_worker`.
+
+#[cfg(unix)]
+mod spawned;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -17,6 +22,9 @@ pub enum ExecutorBackend {
     /// One process per rank, ranks from an MPI launcher (`mpirun -np N`, `srun`), one node or
     /// many; on CUDA, MPI also hands out the NCCL id (NCCL's documented recipe).
     Mpi,
+    /// One node without MPI (vLLM's default there): rank 0 starts the other ranks as child
+    /// processes, one GPU each, and NCCL sums their partial results. CUDA only.
+    Mp,
     /// One process, one device (tensor-parallel size 1).
     Uni,
 }
@@ -28,11 +36,13 @@ pub struct ParallelArgs {
     /// must divide by N (KV heads are replicated when N exceeds them).
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel_size: usize,
-    /// How ranks are launched (default: `mpi` when N > 1, else `uni`).
+    /// How ranks are launched. Default: `uni` at N = 1; `mpi` under an MPI launcher or on the
+    /// cpu backend; `mp` on cuda otherwise.
     #[arg(long, value_enum)]
     pub distributed_executor_backend: Option<ExecutorBackend>,
     /// Seconds a collective inside a step may wait for the other ranks before the whole group
-    /// is aborted (a rank died or hangs).
+    /// is aborted (a rank died or hangs). Under `mp` it bounds the step hand-off; NCCL's
+    /// all-reduces are not bounded (a dead rank ends the group as its process exits).
     #[arg(long, default_value_t = 60)]
     pub collective_timeout: u64,
 }
@@ -50,9 +60,23 @@ pub fn normalize_args(args: impl Iterator<Item = String>) -> Vec<String> {
     .collect()
 }
 
+/// Whether this process was started by an MPI launcher (Open MPI, MPICH/Hydra, PMIx, Slurm).
+fn launched_by_mpi() -> bool {
+    [
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_RANK",
+        "MPI_LOCALNRANKS",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
+}
+
 /// This rank's index among the ranks on its node (the GPU it takes), from the launcher.
 pub fn local_rank() -> Option<usize> {
     [
+        #[cfg(unix)]
+        spawned::RANK_ENV,
         "OMPI_COMM_WORLD_LOCAL_RANK",
         "MPI_LOCALRANKID",
         "SLURM_LOCALID",
@@ -103,6 +127,14 @@ pub fn print_collectives(report: &Value) {
     if report.is_null() {
         return;
     }
+    if report["all_reduces_per_step"].as_f64() == Some(0.0) {
+        // CUDA: NCCL's all-reduces are queued on the stream and timed inside the step.
+        println!(
+            "collectives per step: all-reduces on the device (NCCL, inside the step time), {:.2} ms handing the step to the ranks",
+            report["step_handoff_ms_per_step"].as_f64().unwrap_or(0.0)
+        );
+        return;
+    }
     println!(
         "collectives per step: {:.0} all-reduces, {:.2} ms in them, {:.2} ms handing the step to the ranks",
         report["all_reduces_per_step"].as_f64().unwrap_or(0.0),
@@ -111,51 +143,110 @@ pub fn print_collectives(report: &Value) {
     );
 }
 
-/// Keeps the launcher's runtime up until dropped (end of `main`).
-pub struct Runtime {
+/// Keeps the launcher's runtime up until dropped (end of `main`): MPI, or the ranks rank 0
+/// started (released on drop).
+pub enum Runtime {
+    /// One process, or a rank that rank 0 started.
+    Single,
     #[cfg(feature = "mpi")]
-    _mpi: Option<infer_mpi::MpiRuntime>,
+    Mpi { _mpi: infer_mpi::MpiRuntime },
+    #[cfg(unix)]
+    Spawned { _ranks: spawned::Ranks },
 }
 
 /// Checks the flags against the backend and starts the group: refused before any model
-/// is read when the size, the backend or the launch do not fit.
-pub fn start(args: &ParallelArgs, backend: BackendKind) -> Result<Runtime> {
+/// is read when the size, the backend or the launch do not fit. `cuda_device` is the GPU
+/// of rank 0 (rank i takes the i-th after it).
+pub fn start(args: &ParallelArgs, backend: BackendKind, cuda_device: usize) -> Result<Runtime> {
+    #[cfg(unix)]
+    if let Some((rank, size)) = spawned::worker_env()? {
+        // A rank that rank 0 started (`mp`): the same flags, so nothing else to check.
+        let timeout = Duration::from_secs(args.collective_timeout.max(1));
+        let group = spawned::join(rank, size, timeout)?;
+        let _ = GROUP.set(group);
+        return Ok(Runtime::Single);
+    }
     let tp = args.tensor_parallel_size;
     if tp == 0 {
         bail!("--tensor-parallel-size must be at least 1");
     }
-    let executor = args.distributed_executor_backend.unwrap_or(if tp > 1 {
-        ExecutorBackend::Mpi
-    } else {
-        ExecutorBackend::Uni
-    });
-    match executor {
-        ExecutorBackend::Uni if tp > 1 => bail!(
-            "--distributed-executor-backend uni runs one process; --tensor-parallel-size {tp} needs `mpi` (launch with mpirun -np {tp})"
-        ),
-        ExecutorBackend::Uni => return Ok(Runtime::none()),
-        ExecutorBackend::Mpi => {}
+    let executor = args
+        .distributed_executor_backend
+        .unwrap_or(match (tp, backend) {
+            (1, _) => ExecutorBackend::Uni,
+            _ if launched_by_mpi() => ExecutorBackend::Mpi,
+            (_, BackendKind::Cuda) => ExecutorBackend::Mp,
+            _ => ExecutorBackend::Mpi,
+        });
+    if executor == ExecutorBackend::Uni {
+        if tp > 1 {
+            bail!(
+                "--distributed-executor-backend uni runs one process; --tensor-parallel-size {tp} needs `mpi` (mpirun -np {tp}) or, on cuda, `mp`"
+            );
+        }
+        return Ok(Runtime::Single);
     }
     if backend == BackendKind::Wgpu {
         bail!(
             "--backend wgpu has no collectives: tensor parallelism runs on --backend cpu (MPI) or cuda (NCCL)"
         );
     }
-    start_mpi(args, tp, backend)
+    match executor {
+        ExecutorBackend::Mp => start_spawned(args, tp, backend, cuda_device),
+        _ => start_mpi(args, tp, backend),
+    }
 }
 
-impl Runtime {
-    fn none() -> Self {
-        Runtime {
-            #[cfg(feature = "mpi")]
-            _mpi: None,
-        }
+/// `mp`: checks that this node has the GPUs and NCCL (so nothing starts that would fail),
+/// then starts ranks 1..N as this binary with rank 0's arguments. A rank that fails ends
+/// the group, rank 0 included, naming it.
+#[cfg(unix)]
+fn start_spawned(
+    args: &ParallelArgs,
+    tp: usize,
+    backend: BackendKind,
+    cuda_device: usize,
+) -> Result<Runtime> {
+    if backend != BackendKind::Cuda {
+        bail!(
+            "--distributed-executor-backend mp runs CUDA ranks (NCCL sums their results); the cpu backend's ranks sum over MPI: use --distributed-executor-backend mpi"
+        );
     }
+    infer_cuda::check_devices(cuda_device, tp)?;
+    let exe = std::env::current_exe()?;
+    let args_now = normalize_args(std::env::args().skip(1));
+    let timeout = Duration::from_secs(args.collective_timeout.max(1));
+    // Called on the main thread, which outlives the children: Linux sends them the
+    // parent-death signal when the thread that started them ends.
+    let ranks = spawned::spawn(
+        tp,
+        timeout,
+        |_| {
+            let mut c = std::process::Command::new(&exe);
+            c.args(&args_now);
+            c
+        },
+        |message| {
+            eprintln!("infer: {message}: ending the tensor-parallel group");
+            // SAFETY: ends this process at once. `_exit` skips the atexit handlers, which
+            // could block on a GPU stuck in a collective with the dead rank.
+            unsafe { libc::_exit(1) }
+        },
+    )?;
+    let group = ranks.group();
+    tracing::info!(group = %group.describe(), "tensor parallel");
+    let _ = GROUP.set(group);
+    Ok(Runtime::Spawned { _ranks: ranks })
+}
+
+#[cfg(not(unix))]
+fn start_spawned(_: &ParallelArgs, tp: usize, _: BackendKind, _: usize) -> Result<Runtime> {
+    bail!("--distributed-executor-backend mp needs a Unix system: launch the ranks with mpiexec -n {tp} infer ...")
 }
 
 #[cfg(feature = "mpi")]
 fn start_mpi(args: &ParallelArgs, tp: usize, backend: BackendKind) -> Result<Runtime> {
-    if !infer_mpi::launched_by_mpi() {
+    if !launched_by_mpi() {
         // One node, no launcher: start the ranks through the MPI launcher on PATH.
         relaunch_under_mpirun(tp, backend)?;
     }
@@ -168,9 +259,7 @@ fn start_mpi(args: &ParallelArgs, tp: usize, backend: BackendKind) -> Result<Run
     }
     tracing::info!(group = %group.describe(), "tensor parallel");
     let _ = GROUP.set(group);
-    Ok(Runtime {
-        _mpi: Some(runtime),
-    })
+    Ok(Runtime::Mpi { _mpi: runtime })
 }
 
 /// Replaces this process by `mpirun -np N <this command>` (Open MPI's or MPICH's), so
