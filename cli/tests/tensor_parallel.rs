@@ -83,6 +83,15 @@ fn logprobs(v: &Value, out: &mut Vec<f64>) {
     }
 }
 
+/// The largest difference between two runs' logprobs (which must be as many).
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "as many logprobs");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
 fn token_ids(lines: &[Value]) -> Vec<Value> {
     lines
         .iter()
@@ -138,13 +147,8 @@ fn smollm2_at_tp3_generates_the_tp1_greedy_tokens() {
     let (mut a, mut b) = (vec![], vec![]);
     logprobs(&Value::Array(one[..3].to_vec()), &mut a);
     logprobs(&Value::Array(three[..3].to_vec()), &mut b);
-    assert_eq!(a.len(), b.len());
     // Partial sums added in another order: float error only.
-    let worst = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
+    let worst = max_abs_diff(&a, &b);
     assert!(worst < 2e-3, "logprobs differ by {worst}");
 }
 
@@ -182,12 +186,7 @@ fn tiny_model_at_tp2_and_tp4_matches_tp1_logits() {
         assert_eq!(got[0]["token_ids"], reference[0]["token_ids"], "tp {tp}");
         let mut have = vec![];
         logprobs(&got[0], &mut have);
-        assert_eq!(have.len(), want.len());
-        let worst = have
-            .iter()
-            .zip(&want)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f64::max);
+        let worst = max_abs_diff(&have, &want);
         assert!(worst < 1e-4, "tp {tp}: logprobs differ by {worst}");
     }
 }
