@@ -160,20 +160,20 @@ impl ModelConfig {
     }
 }
 
+/// The shapes unit tests need: a one-layer Llama of `heads` query heads (`kv_heads` KV heads)
+/// of `head_dim`, MLP width `ff`, a 64-token vocabulary.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    pub(crate) fn tiny() -> ModelConfig {
+impl ModelConfig {
+    pub(crate) fn test_llama(heads: usize, kv_heads: usize, head_dim: usize, ff: usize) -> Self {
         ModelConfig {
             architecture: "llama".into(),
-            vocab_size: 32,
-            hidden_size: 16,
-            intermediate_size: 24,
-            num_layers: 2,
-            num_heads: 4,
-            num_kv_heads: 2,
-            head_dim: 4,
+            vocab_size: 64,
+            hidden_size: heads * head_dim,
+            intermediate_size: ff,
+            num_layers: 1,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
             rms_norm_eps: 1e-5,
             rope_theta: 10000.0,
             rope_scaling: None,
@@ -181,6 +181,19 @@ mod tests {
             max_position_embeddings: 64,
             tie_word_embeddings: true,
             attention_bias: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn tiny() -> ModelConfig {
+        ModelConfig {
+            vocab_size: 32,
+            num_layers: 2,
+            ..ModelConfig::test_llama(4, 2, 4, 24)
         }
     }
 

@@ -135,26 +135,9 @@ impl TensorParallel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RopeStyle;
 
     fn config(heads: usize, kv: usize, ff: usize) -> ModelConfig {
-        ModelConfig {
-            architecture: "llama".into(),
-            vocab_size: 64,
-            hidden_size: heads * 8,
-            intermediate_size: ff,
-            num_layers: 1,
-            num_heads: heads,
-            num_kv_heads: kv,
-            head_dim: 8,
-            rms_norm_eps: 1e-5,
-            rope_theta: 10000.0,
-            rope_scaling: None,
-            rope_style: RopeStyle::HalfSplit,
-            max_position_embeddings: 64,
-            tie_word_embeddings: true,
-            attention_bias: false,
-        }
+        ModelConfig::test_llama(heads, kv, 8, ff)
     }
 
     #[test]

@@ -126,27 +126,10 @@ pub fn shard_packed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RopeStyle;
     use crate::gguf::GgmlType;
 
     fn config() -> ModelConfig {
-        ModelConfig {
-            architecture: "llama".into(),
-            vocab_size: 64,
-            hidden_size: 64,
-            intermediate_size: 128,
-            num_layers: 1,
-            num_heads: 4,
-            num_kv_heads: 2,
-            head_dim: 16,
-            rms_norm_eps: 1e-5,
-            rope_theta: 10000.0,
-            rope_scaling: None,
-            rope_style: RopeStyle::HalfSplit,
-            max_position_embeddings: 64,
-            tie_word_embeddings: true,
-            attention_bias: false,
-        }
+        ModelConfig::test_llama(4, 2, 16, 128)
     }
 
     fn q8_0(rows: usize, cols: usize, seed: u32) -> PackedTensor {
