@@ -115,9 +115,19 @@ pub fn collective_report(before: Option<CollectiveStats>, steps: u64) -> Option<
     let (before, now) = (before?, collective_snapshot()?);
     let steps = steps.max(1) as f64;
     let ms = |d: Duration| d.as_secs_f64() * 1e3 / steps;
+    let all_reduces = now.all_reduces - before.all_reduces;
+    // CUDA's all-reduces are NCCL's, queued on the stream and timed inside the step: the
+    // group sees none of them, so there is nothing to report (null), not zero.
+    let (count, time) = match all_reduces {
+        0 => (Value::Null, Value::Null),
+        n => (
+            json!(n as f64 / steps),
+            json!(ms(now.all_reduce_time - before.all_reduce_time)),
+        ),
+    };
     Some(json!({
-        "all_reduces_per_step": (now.all_reduces - before.all_reduces) as f64 / steps,
-        "all_reduce_ms_per_step": ms(now.all_reduce_time - before.all_reduce_time),
+        "all_reduces_per_step": count,
+        "all_reduce_ms_per_step": time,
         "step_handoff_ms_per_step": ms(now.broadcast_time - before.broadcast_time),
     }))
 }
@@ -127,8 +137,7 @@ pub fn print_collectives(report: &Value) {
     if report.is_null() {
         return;
     }
-    if report["all_reduces_per_step"].as_f64() == Some(0.0) {
-        // CUDA: NCCL's all-reduces are queued on the stream and timed inside the step.
+    if report["all_reduces_per_step"].is_null() {
         println!(
             "collectives per step: all-reduces on the device (NCCL, inside the step time), {:.2} ms handing the step to the ranks",
             report["step_handoff_ms_per_step"].as_f64().unwrap_or(0.0)

@@ -286,9 +286,7 @@ impl<B: Backend> LlamaModel<B> {
         batch: &BatchInput,
         kv: &mut B::KvCache,
     ) -> Result<B::Tensor> {
-        self.check_batch(batch)?;
-        let meta = backend.upload_batch(batch)?;
-        let x = self.layers_forward(backend, &meta, kv)?;
+        let (meta, x) = self.hidden_states(backend, batch, kv)?;
         let last = backend.gather_logit_rows(&x, &meta)?;
         let c = &self.config;
         let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
@@ -303,9 +301,20 @@ impl<B: Backend> LlamaModel<B> {
         batch: &BatchInput,
         kv: &mut B::KvCache,
     ) -> Result<B::Tensor> {
+        Ok(self.hidden_states(backend, batch, kv)?.1)
+    }
+
+    /// The batch checked and uploaded, and every layer run over it.
+    fn hidden_states(
+        &self,
+        backend: &B,
+        batch: &BatchInput,
+        kv: &mut B::KvCache,
+    ) -> Result<(B::Batch, B::Tensor)> {
         self.check_batch(batch)?;
         let meta = backend.upload_batch(batch)?;
-        self.layers_forward(backend, &meta, kv)
+        let x = self.layers_forward(backend, &meta, kv)?;
+        Ok((meta, x))
     }
 
     fn layers_forward(
