@@ -6,6 +6,9 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use infer_core::engine::sizing::{plan_kv_pool, profile_step, KvBudget, PoolRequest};
+use infer_core::spec_decode::{
+    DraftProposer, NgramProposer, Proposer, SpecMethod, SpeculativeConfig, Speculator,
+};
 use infer_core::{
     Backend, Engine, EngineConfig, Executor, LlamaExecutor, LlamaModel, PreemptionMode,
     ProcessGroup, SchedulerConfig, Tokenizer, TpExecutor,
@@ -73,21 +76,46 @@ impl EngineArgs {
 
     /// Sizes the KV pool for `model` on `backend` and builds the engine; with a
     /// tensor-parallel group, rank 0's executor sends every step to the other ranks.
-    pub fn build<B: Backend + 'static>(
+    /// A draft model (speculative decoding) gets a KV pool of the same number of blocks
+    /// beside the target's: the pool is sized for both.
+    pub fn build<B: Backend + Clone + 'static>(
         &self,
         backend: B,
         model: Arc<LlamaModel<B>>,
         tokenizer: Option<Arc<Tokenizer>>,
         max_model_len_is_explicit: bool,
         group: Option<Arc<dyn ProcessGroup>>,
+        speculation: Option<Speculation<B>>,
     ) -> Result<Engine<Box<dyn Executor>>> {
-        let (executor, config) =
-            self.executor(backend, model, max_model_len_is_explicit, group.as_deref())?;
+        let draft_bytes = match &speculation {
+            Some(Speculation { draft: Some(d), .. }) => d
+                .kv_cache_spec(1, self.block_size)
+                .bytes_per_block(backend.kv_element_bytes()),
+            _ => 0,
+        };
+        let (executor, config) = self.executor(
+            backend.clone(),
+            model,
+            max_model_len_is_explicit,
+            group.as_deref(),
+            draft_bytes,
+        )?;
         let executor: Box<dyn Executor> = match group {
             Some(group) => Box::new(TpExecutor::new(executor, group)),
             None => Box::new(executor),
         };
-        Ok(Engine::new(executor, tokenizer, config)?)
+        let mut engine = Engine::new(executor, tokenizer, config)?;
+        if let Some(s) = speculation {
+            let speculator = s.speculator(backend, &config)?;
+            tracing::info!(
+                proposer = speculator.proposer.name(),
+                k = speculator.num_speculative_tokens,
+                disable_by_batch_size = speculator.disable_by_batch_size,
+                "speculative decoding"
+            );
+            engine.set_speculator(Some(speculator));
+        }
+        Ok(engine)
     }
 
     /// The KV pool sized for `model` on `backend` (the smallest any rank of `group` can
@@ -98,6 +126,7 @@ impl EngineArgs {
         model: Arc<LlamaModel<B>>,
         max_model_len_is_explicit: bool,
         group: Option<&dyn ProcessGroup>,
+        draft_bytes_per_block: usize,
     ) -> Result<(LlamaExecutor<B>, EngineConfig)> {
         if self.block_size == 0 {
             anyhow::bail!("--block-size must be at least 1");
@@ -117,7 +146,8 @@ impl EngineArgs {
         };
         let bytes_per_block = model
             .kv_cache_spec(1, self.block_size)
-            .bytes_per_block(backend.kv_element_bytes());
+            .bytes_per_block(backend.kv_element_bytes())
+            + draft_bytes_per_block;
         let mut request = PoolRequest {
             budget,
             swap_bytes: gib_to_bytes("swap-space", self.swap_space)?,
@@ -157,5 +187,40 @@ impl EngineArgs {
             plan.num_host_blocks,
         )?;
         Ok((executor, config))
+    }
+}
+
+/// `--speculative-config` with its draft model, when it names one (loaded before the target's
+/// KV pool is sized).
+pub struct Speculation<B: Backend> {
+    pub config: SpeculativeConfig,
+    pub draft: Option<Arc<LlamaModel<B>>>,
+}
+
+impl<B: Backend + 'static> Speculation<B> {
+    /// The proposer: the n-gram lookup, or the draft model over its own KV pool of the
+    /// target's block count.
+    fn speculator(self, backend: B, config: &EngineConfig) -> Result<Speculator> {
+        let proposer: Box<dyn Proposer> = match (self.config.method()?, self.draft) {
+            (SpecMethod::Ngram { min, max }, _) => Box::new(NgramProposer::new(min, max)),
+            (SpecMethod::Draft { .. }, Some(draft)) => {
+                let executor = LlamaExecutor::new(
+                    backend,
+                    draft,
+                    config.block_size,
+                    config.num_device_blocks,
+                    0,
+                )?;
+                Box::new(DraftProposer::new(
+                    executor,
+                    config.block_size,
+                    config.num_device_blocks,
+                ))
+            }
+            (SpecMethod::Draft { model }, None) => {
+                anyhow::bail!("draft model {model} was not loaded")
+            }
+        };
+        Ok(Speculator::new(proposer, &self.config)?)
     }
 }

@@ -125,6 +125,16 @@ fn stream_one(
                 out.metrics.num_output_tokens,
                 first.finish_reason,
             );
+            let spec = engine.stats().spec;
+            if let Some(rate) = spec.acceptance_rate() {
+                eprintln!(
+                    "speculative decoding: {} of {} proposed tokens accepted ({:.1}%) | mean acceptance length {:.2}",
+                    spec.num_accepted_tokens,
+                    spec.num_draft_tokens,
+                    rate * 100.0,
+                    spec.mean_acceptance_length().unwrap_or(1.0)
+                );
+            }
             return Ok(());
         }
     }

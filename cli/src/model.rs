@@ -15,8 +15,9 @@ use infer_cpu::CpuBackend;
 use infer_cuda::CudaBackend;
 use infer_wgpu::{WeightStorage, WgpuBackend};
 
-use crate::engine_args::EngineArgs;
+use crate::engine_args::{EngineArgs, Speculation};
 use crate::parallel::{self, ParallelArgs};
+use infer_core::spec_decode::{SpecMethod, SpeculativeConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -182,7 +183,7 @@ pub fn load_model<B: Backend>(
 }
 
 /// The model, backend and engine flags of every command that runs a model.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// GGUF file, HF model directory, or Hugging Face hub id (org/name); with
     /// `--load-format dummy` also a config.json.
@@ -213,6 +214,12 @@ pub struct ModelArgs {
     /// Cap the context length (default: the model's, lowered if the KV pool is smaller).
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    /// Speculative decoding, as vLLM spells it: '{"method": "ngram", "num_speculative_tokens":
+    /// 4, "prompt_lookup_max": 4}' or '{"model": DRAFT, "num_speculative_tokens": 4}' (a
+    /// draft with the target's tokenizer); "disable_by_batch_size": N turns it off for steps
+    /// with N or more running sequences.
+    #[arg(long)]
+    pub speculative_config: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -245,7 +252,65 @@ impl ModelArgs {
         self.on_backend(Role::Worker).map(drop)
     }
 
+    /// `--speculative-config`, checked before anything loads.
+    pub fn speculative_config(&self) -> Result<Option<SpeculativeConfig>> {
+        self.speculative_config
+            .as_deref()
+            .map(SpeculativeConfig::from_json)
+            .transpose()
+            .context("--speculative-config")
+    }
+
+    /// Loads the draft model `--speculative-config` names, on the target's backend, and
+    /// checks that it speaks the target's vocabulary.
+    fn speculation<B: Backend>(
+        &self,
+        backend: &B,
+        target: &LlamaModel<B>,
+        tokenizer: &Tokenizer,
+        tensor_parallel: bool,
+    ) -> Result<Option<Speculation<B>>> {
+        let Some(config) = self.speculative_config()? else {
+            return Ok(None);
+        };
+        let SpecMethod::Draft { model } = config.method()? else {
+            return Ok(Some(Speculation {
+                config,
+                draft: None,
+            }));
+        };
+        if tensor_parallel {
+            bail!(
+                "--speculative-config: a draft model does not run with tensor parallelism; \
+                 use {{\"method\": \"ngram\"}}"
+            );
+        }
+        let args = ModelArgs {
+            model: model.clone(),
+            tokenizer: None,
+            chat_template: None,
+            speculative_config: None,
+            ..self.clone()
+        };
+        let (draft, draft_tokenizer) = load_model(backend, &args, TensorParallel::single())
+            .with_context(|| format!("loading the draft model {model}"))?;
+        let (dv, tv) = (draft.config().vocab_size, target.config().vocab_size);
+        if dv != tv || draft_tokenizer.vocab_size() != tokenizer.vocab_size() {
+            bail!(
+                "the draft model {model} has a vocabulary of {dv} ({} in its tokenizer), the \
+                 target {tv} ({}): a draft must share the target's tokenizer",
+                draft_tokenizer.vocab_size(),
+                tokenizer.vocab_size()
+            );
+        }
+        Ok(Some(Speculation {
+            config,
+            draft: Some(Arc::new(draft)),
+        }))
+    }
+
     fn on_backend(&self, role: Role) -> Result<Option<(AnyEngine, Arc<Tokenizer>, String)>> {
+        self.speculative_config()?;
         init_threads(self.threads)?;
         let group = parallel::group();
         match self.backend {
@@ -280,7 +345,7 @@ impl ModelArgs {
         }
     }
 
-    fn engine_on<B: Backend + 'static>(
+    fn engine_on<B: Backend + Clone + 'static>(
         &self,
         backend: B,
         role: Role,
@@ -301,7 +366,7 @@ impl ModelArgs {
             (Role::Worker, Some(group)) => {
                 let mut executor = self
                     .engine
-                    .executor(backend, model, explicit, Some(group.as_ref()))?
+                    .executor(backend, model, explicit, Some(group.as_ref()), 0)?
                     .0
                     .headless();
                 run_worker(&mut executor, group.as_ref())?;
@@ -309,9 +374,16 @@ impl ModelArgs {
             }
             (Role::Worker, None) => bail!("a worker rank needs a tensor-parallel group"),
             (Role::Leader, group) => {
-                let engine =
-                    self.engine
-                        .build(backend, model, Some(tokenizer.clone()), explicit, group)?;
+                let speculation =
+                    self.speculation(&backend, &model, &tokenizer, group.is_some())?;
+                let engine = self.engine.build(
+                    backend,
+                    model,
+                    Some(tokenizer.clone()),
+                    explicit,
+                    group,
+                    speculation,
+                )?;
                 Ok(Some((engine, tokenizer, name)))
             }
         }

@@ -163,6 +163,7 @@ impl<'a, B: Backend> Generator<'a, B> {
                 },
                 num_top: 0,
                 allowed: None,
+                proposal: None,
             }])[0]
                 .samples[0]
                 .token;

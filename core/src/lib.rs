@@ -23,6 +23,7 @@ pub mod model;
 pub mod parallel;
 pub mod sampling;
 pub mod scheduler;
+pub mod spec_decode;
 pub mod tokenizer;
 pub mod weights;
 

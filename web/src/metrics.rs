@@ -60,6 +60,18 @@ pub struct Metrics {
     queue_time: Histogram,
     prompt_lens: Histogram,
     output_lens: Histogram,
+    spec: SpecMetrics,
+}
+
+/// Speculative decoding (vLLM's `spec_decode` series): counters, per-position acceptance,
+/// and the rates over the whole run as gauges.
+struct SpecMetrics {
+    drafts: IntCounter,
+    draft_tokens: IntCounter,
+    accepted_tokens: IntCounter,
+    accepted_per_pos: IntCounterVec,
+    acceptance_rate: Gauge,
+    mean_acceptance_length: Gauge,
 }
 
 /// Metric registration failed: only a programming error (a duplicate or invalid name).
@@ -111,7 +123,41 @@ impl Metrics {
             &CACHE_CONFIG_LABELS,
         )?;
         registry.register(Box::new(cache_config.clone()))?;
+        let accepted_per_pos = IntCounterVec::new(
+            opts(
+                "spec_decode_num_accepted_tokens_per_pos_total",
+                "Accepted proposals by their position in the draft.",
+            ),
+            &["position"],
+        )?;
+        registry.register(Box::new(accepted_per_pos.clone()))?;
+        let float_gauge = |name: &str, help: &str| {
+            let g = Gauge::with_opts(opts(name, help))?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, prometheus::Error>(g)
+        };
+        let spec = SpecMetrics {
+            drafts: counter(
+                "spec_decode_num_drafts_total",
+                "Sequence steps that verified proposals.",
+            )?,
+            draft_tokens: counter("spec_decode_num_draft_tokens_total", "Proposed tokens.")?,
+            accepted_tokens: counter(
+                "spec_decode_num_accepted_tokens_total",
+                "Proposed tokens the target accepted.",
+            )?,
+            accepted_per_pos,
+            acceptance_rate: float_gauge(
+                "spec_decode_draft_acceptance_rate",
+                "Accepted over proposed tokens since start-up.",
+            )?,
+            mean_acceptance_length: float_gauge(
+                "spec_decode_mean_acceptance_length",
+                "Tokens per verified draft since start-up: 1 + accepted / drafts.",
+            )?,
+        };
         Ok(Metrics {
+            spec,
             running: gauge(
                 "num_requests_running",
                 "Requests with sequences in the running queue.",
@@ -243,6 +289,29 @@ impl Metrics {
             now.output_tokens,
             last.output_tokens,
         );
+        let (sn, sl, m) = (&now.spec, &last.spec, &self.spec);
+        grow(&m.drafts, sn.num_drafts, sl.num_drafts);
+        grow(&m.draft_tokens, sn.num_draft_tokens, sl.num_draft_tokens);
+        grow(
+            &m.accepted_tokens,
+            sn.num_accepted_tokens,
+            sl.num_accepted_tokens,
+        );
+        let positions = sn
+            .accepted_per_position
+            .iter()
+            .zip(sl.accepted_per_position);
+        for (pos, (&n, l)) in positions.enumerate().filter(|(_, (&n, l))| n > *l) {
+            grow(
+                &m.accepted_per_pos.with_label_values(&[&pos.to_string()]),
+                n,
+                l,
+            );
+        }
+        if let (Some(rate), Some(len)) = (sn.acceptance_rate(), sn.mean_acceptance_length()) {
+            m.acceptance_rate.set(rate);
+            m.mean_acceptance_length.set(len);
+        }
     }
 
     /// The time since a request's previous output (its tokens of one step).

@@ -63,9 +63,11 @@ pub fn run(args: LatencyArgs) -> Result<()> {
     let bar = ProgressBar::new((args.num_iters_warmup + args.num_iters) as u64);
     let (mut latency, mut ttft, mut decode) = (Vec::new(), Vec::new(), Vec::new());
     let (mut steps_before, mut collectives_before) = (0, None);
+    let mut spec_before = engine.stats().spec;
     for iter in 0..args.num_iters_warmup + args.num_iters {
         if iter == args.num_iters_warmup {
             steps_before = engine.stats().steps;
+            spec_before = engine.stats().spec;
             collectives_before = parallel::collective_snapshot();
         }
         let prompts = (0..args.batch_size)
@@ -107,6 +109,11 @@ pub fn run(args: LatencyArgs) -> Result<()> {
             collectives_before,
             engine.stats().steps - steps_before
         ),
+        "spec_decode": super::spec_report(
+            &spec_before,
+            &engine.stats().spec,
+            engine.speculator().map(|s| s.num_speculative_tokens)
+        ),
     });
     if args.json {
         println!("{report}");
@@ -129,6 +136,7 @@ pub fn run(args: LatencyArgs) -> Result<()> {
             (args.input_len * args.batch_size) as f64 / percentile(&ttft, 0.5).max(1e-9)
         );
         parallel::print_collectives(&report["collectives"]);
+        super::print_spec(&report["spec_decode"]);
     }
     Ok(())
 }

@@ -77,3 +77,60 @@ pub fn percentile(xs: &[f64], q: f64) -> f64 {
 pub fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
+
+/// Speculative decoding over a run (the counters' difference), or null without it.
+pub fn spec_report(
+    before: &infer_core::spec_decode::SpecDecodeStats,
+    after: &infer_core::spec_decode::SpecDecodeStats,
+    k: Option<usize>,
+) -> serde_json::Value {
+    let Some(k) = k else {
+        return serde_json::Value::Null;
+    };
+    let mut d = *after;
+    d.num_drafts -= before.num_drafts;
+    d.num_draft_tokens -= before.num_draft_tokens;
+    d.num_accepted_tokens -= before.num_accepted_tokens;
+    d.disabled_steps -= before.disabled_steps;
+    d.propose_micros -= before.propose_micros;
+    for (a, b) in d
+        .accepted_per_position
+        .iter_mut()
+        .zip(before.accepted_per_position)
+    {
+        *a -= b;
+    }
+    serde_json::json!({
+        "num_speculative_tokens": k,
+        "num_drafts": d.num_drafts,
+        "num_draft_tokens": d.num_draft_tokens,
+        "num_accepted_tokens": d.num_accepted_tokens,
+        "acceptance_rate": d.acceptance_rate(),
+        "mean_acceptance_length": d.mean_acceptance_length(),
+        "accepted_per_position": &d.accepted_per_position[..k],
+        "disabled_steps": d.disabled_steps,
+        "propose_s": d.propose_micros as f64 / 1e6,
+    })
+}
+
+/// One line for the text report.
+pub fn print_spec(report: &serde_json::Value) {
+    if report.is_null() {
+        return;
+    }
+    let pct = |v: &serde_json::Value| {
+        v.as_f64()
+            .map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
+    };
+    println!(
+        "speculative decoding: acceptance {} | mean acceptance length {} | accepted per position {} | {} drafts, {} steps off (batch size) | proposing {:.2} s",
+        pct(&report["acceptance_rate"]),
+        report["mean_acceptance_length"]
+            .as_f64()
+            .map_or("-".into(), |x| format!("{x:.2}")),
+        report["accepted_per_position"],
+        report["num_drafts"],
+        report["disabled_steps"],
+        report["propose_s"].as_f64().unwrap_or(0.0),
+    );
+}

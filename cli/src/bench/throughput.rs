@@ -44,6 +44,9 @@ pub struct ThroughputArgs {
     /// Beam search with this many beams instead of sampling.
     #[arg(long)]
     pub beam_width: Option<usize>,
+    /// Sampling temperature (vLLM's benchmark samples at 1; 0 is greedy).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
     #[arg(long)]
     pub json: bool,
 }
@@ -121,7 +124,11 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
             n: args.n,
             best_of: args.beam_width,
             use_beam_search: args.beam_width.is_some(),
-            temperature: if args.beam_width.is_some() { 0.0 } else { 1.0 },
+            temperature: if args.beam_width.is_some() {
+                0.0
+            } else {
+                args.temperature
+            },
             ..Default::default()
         };
         p.validate()?;
@@ -178,6 +185,11 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
         "beam_width": args.beam_width,
         "kv_blocks_saved_by_sharing": saved,
         "collectives": parallel::collective_report(collectives_before, stats.steps - before.steps),
+        "spec_decode": super::spec_report(
+            &before.spec,
+            &stats.spec,
+            engine.speculator().map(|s| s.num_speculative_tokens)
+        ),
     });
     if args.json {
         println!("{report}");
@@ -200,6 +212,7 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
             saved * 100.0
         );
         parallel::print_collectives(&report["collectives"]);
+        super::print_spec(&report["spec_decode"]);
     }
     Ok(())
 }

@@ -268,8 +268,23 @@ impl BlockManager {
         num_computed: usize,
         num_new: usize,
     ) -> Result<Option<Vec<BlockCopy>>> {
+        self.append_speculative_slots(seq, tokens, num_computed, num_new, 0)
+    }
+
+    /// `append_slots` for `num_new` known tokens followed by `num_spec` proposed ones
+    /// (speculative decoding): the table grows over the proposals too, but only blocks the
+    /// known tokens fill are registered in the prefix cache, since proposals may be rejected
+    /// (`truncate` rolls the table back).
+    pub fn append_speculative_slots(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        num_computed: usize,
+        num_new: usize,
+        num_spec: usize,
+    ) -> Result<Option<Vec<BlockCopy>>> {
         let end = num_computed + num_new;
-        let needed = self.blocks_to_append(seq, num_computed, num_new);
+        let needed = self.blocks_to_append(seq, num_computed, num_new + num_spec);
         let (bs, caching) = (self.block_size, self.prefix_caching);
         let Self { device, seqs, .. } = self;
         let s = seqs
@@ -293,8 +308,33 @@ impl BlockManager {
                 copies.push((old, new));
             }
         }
-        grow(device, bs, caching, seq, s, tokens, end)?;
+        // `tokens` ends at `end`: only the known tokens' blocks are registered.
+        grow(device, bs, caching, seq, s, &tokens[..end], end + num_spec)?;
         Ok(Some(copies))
+    }
+
+    /// Rolls a sequence back to `num_tokens` tokens (rejected proposals): blocks past them
+    /// are released, last first, and blocks the accepted `tokens` now fill are registered in
+    /// the prefix cache.
+    pub fn truncate(&mut self, seq: SeqId, tokens: &[u32], num_tokens: usize) -> Result<()> {
+        let (bs, caching) = (self.block_size, self.prefix_caching);
+        let Self { device, seqs, .. } = self;
+        let s = seqs
+            .get_mut(&seq)
+            .ok_or_else(|| InferError::KvCache(format!("sequence {seq} has no blocks")))?;
+        if s.on_host || num_tokens > tokens.len() || num_tokens / bs < s.hashes.len() {
+            return Err(InferError::KvCache(format!(
+                "sequence {seq}: cannot roll back to {num_tokens} tokens"
+            )));
+        }
+        let keep = num_tokens.div_ceil(bs);
+        while s.table.len() > keep {
+            if let Some(b) = s.table.pop() {
+                device.decref(b);
+            }
+        }
+        register_full_blocks(device, bs, caching, s, tokens, num_tokens);
+        Ok(())
     }
 
     /// The child shares every block of the parent (parallel samples, beam candidates).
@@ -367,8 +407,28 @@ fn grow(
         s.table
             .push(device.allocate().ok_or_else(|| out_of_blocks(seq))?);
     }
+    register_full_blocks(
+        device,
+        block_size,
+        prefix_caching,
+        s,
+        tokens,
+        num_tokens.min(tokens.len()),
+    );
+    Ok(())
+}
+
+/// With prefix caching, registers the blocks the first `num_tokens` of `tokens` fill.
+fn register_full_blocks(
+    device: &mut DevicePool,
+    block_size: usize,
+    prefix_caching: bool,
+    s: &mut SeqBlocks,
+    tokens: &[u32],
+    num_tokens: usize,
+) {
     if !prefix_caching {
-        return Ok(());
+        return;
     }
     for i in s.hashes.len()..num_tokens / block_size {
         let chunk = &tokens[i * block_size..(i + 1) * block_size];
@@ -382,7 +442,6 @@ fn grow(
         device.register(s.table[i], key);
         s.hashes.push(hash);
     }
-    Ok(())
 }
 
 fn out_of_blocks(seq: SeqId) -> InferError {

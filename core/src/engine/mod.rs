@@ -9,6 +9,9 @@ mod process;
 mod request;
 mod sequences;
 pub mod sizing;
+#[cfg(test)]
+mod spec_tests;
+mod speculate;
 pub mod testing;
 #[cfg(test)]
 mod tests;
@@ -31,6 +34,7 @@ use crate::block_manager::{BlockManager, SeqId};
 use crate::error::{InferError, Result};
 use crate::sampling::{GrammarCompiler, SamplingParams};
 use crate::scheduler::{ScheduledChunk, Scheduler, SchedulerConfig};
+use crate::spec_decode::{SpecDecodeStats, Speculator};
 use crate::tokenizer::Tokenizer;
 use web_time::Instant;
 
@@ -80,6 +84,8 @@ pub struct EngineStats {
     /// The same two, summed over steps (averages over a run).
     pub sum_blocks_logical: u64,
     pub sum_blocks_physical: u64,
+    /// Speculative decoding's counters (zero without a speculator).
+    pub spec: SpecDecodeStats,
 }
 
 pub struct Engine<E: Executor> {
@@ -97,6 +103,8 @@ pub struct Engine<E: Executor> {
     stats: EngineStats,
     /// Built at the first request with structured outputs (the token trie costs tens of ms).
     grammars: Option<Arc<GrammarCompiler>>,
+    /// Speculative decoding's proposer and settings, when on.
+    speculator: Option<Speculator>,
 }
 
 /// A step between its submission and its read-back.
@@ -142,6 +150,7 @@ impl<E: Executor> Engine<E> {
             next_seq: 0,
             stats: EngineStats::default(),
             grammars: None,
+            speculator: None,
         })
     }
 
@@ -229,6 +238,7 @@ impl<E: Executor> Engine<E> {
     /// Schedules, builds the batch and submits it to the executor.
     fn submit_step(&mut self) -> Result<(StepInFlight, PendingLogits)> {
         let started = Instant::now();
+        self.propose()?;
         let plan = self.scheduler.schedule()?;
         if plan.chunks.is_empty()
             && plan.preempted.is_empty()
@@ -243,17 +253,34 @@ impl<E: Executor> Engine<E> {
                 self.scheduler.block_manager().num_available_device()
             )));
         }
+        // A speculating chunk is its last known token followed by the proposals.
+        let with_proposals: Vec<Vec<u32>> = plan
+            .chunks
+            .iter()
+            .filter(|c| c.num_spec > 0)
+            .filter_map(|c| {
+                let s = self.scheduler.seq(c.seq)?;
+                Some([&s.tokens[c.num_computed..], &s.spec[..]].concat())
+            })
+            .collect();
+        let mut speculating = with_proposals.iter();
         let chunks: Vec<SequenceChunk> = plan
             .chunks
             .iter()
             .map(|c| {
-                let tokens = self.scheduler.seq(c.seq).map_or(&[][..], |s| &s.tokens[..]);
+                let tokens = match c.num_spec {
+                    0 => {
+                        let all = self.scheduler.seq(c.seq).map_or(&[][..], |s| &s.tokens[..]);
+                        &all[c.num_computed..c.num_computed + c.num_new]
+                    }
+                    _ => speculating.next().map_or(&[][..], Vec::as_slice),
+                };
                 SequenceChunk {
-                    tokens: &tokens[c.num_computed..c.num_computed + c.num_new],
+                    tokens,
                     num_computed: c.num_computed,
                     block_table: self.scheduler.block_table(c.seq),
                     want_logits: c.want_logits,
-                    all_logits: c.all_logits,
+                    all_logits: c.all_logits || c.num_spec > 0,
                 }
             })
             .collect();

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use web_time::Instant;
 
 use super::sequences::{final_outputs, Ctx};
+use super::speculate::{spec_job, StepOutputs};
 use super::{Engine, Executor, RequestOutput, StepLogits, TokenLogprobs, TopLogprob};
+use crate::block_manager::SeqId;
 use crate::error::{InferError, Result};
 use crate::sampling::math::{log_sum_exp, top_n};
 use crate::sampling::structured::allowed_tokens;
@@ -17,12 +19,29 @@ use llguidance::Matcher;
 use rayon::prelude::*;
 
 /// A logits row that samples, and what it belongs to.
-struct Job {
-    key: u64,
+pub(super) struct Job {
+    pub key: u64,
     /// Position in the request's live members.
-    member: usize,
-    row: usize,
-    uniforms: Vec<f64>,
+    pub member: usize,
+    pub row: usize,
+    pub uniforms: Vec<f64>,
+    /// Speculative decoding: the proposal this row verifies and where it is in its draft.
+    pub spec: Option<SpecCursor>,
+}
+
+/// A speculating sequence's place in its draft: row `position` of its `1 + k` rows.
+#[derive(Debug, Clone)]
+pub(super) struct SpecCursor {
+    pub seq: SeqId,
+    pub position: usize,
+    pub proposals: Vec<u32>,
+}
+
+impl Job {
+    fn proposal(&self) -> Option<u32> {
+        let s = self.spec.as_ref()?;
+        s.proposals.get(s.position).copied()
+    }
 }
 
 impl<E: Executor> Engine<E> {
@@ -51,8 +70,30 @@ impl<E: Executor> Engine<E> {
             Some(ids) => ids.len(),
             None => step.rows.len() / vocab.max(1),
         };
-        let jobs = self.collect_jobs(chunks, &step.rows, num_rows, vocab, started)?;
-        let masks = self.grammar_masks(&jobs, vocab);
+        let mut jobs = self.collect_jobs(chunks, &step.rows, num_rows, vocab, started)?;
+        self.stats.last_mask_time = std::time::Duration::ZERO;
+        self.stats.last_sample_time = std::time::Duration::ZERO;
+        let mut outputs = StepOutputs::default();
+        let mut accepted: HashMap<SeqId, usize> = HashMap::new();
+        // Speculating sequences verify one position per round: a row's penalties, mask and
+        // stop checks see the tokens accepted before it.
+        while !jobs.is_empty() {
+            let tokens = self.sample_round(&jobs, step, vocab, &mut outputs)?;
+            jobs = self.next_spec_jobs(jobs, &tokens, &mut accepted);
+        }
+        self.finish_speculation(chunks, &accepted)?;
+        Ok(outputs.into_vec())
+    }
+
+    /// Samples the jobs' rows and applies them to their requests; returns the drawn tokens.
+    fn sample_round(
+        &mut self,
+        jobs: &[Job],
+        step: &mut StepLogits,
+        vocab: usize,
+        outputs: &mut StepOutputs,
+    ) -> Result<Vec<u32>> {
+        let masks = self.grammar_masks(jobs, vocab);
         let sampling = Instant::now();
         let sampled = match &step.argmax {
             Some(ids) => jobs
@@ -70,7 +111,11 @@ impl<E: Executor> Engine<E> {
                 .collect::<Result<Vec<_>>>()?,
             None => self.sample_rows(&jobs, &masks, &mut step.rows, vocab)?,
         };
-        self.stats.last_sample_time = sampling.elapsed();
+        self.stats.last_sample_time += sampling.elapsed();
+        let tokens = sampled
+            .iter()
+            .map(|r| r.samples.first().map_or(u32::MAX, |s| s.token))
+            .collect();
         // Each request's rows, in the order its first row came.
         let mut order: Vec<u64> = Vec::new();
         let mut by_request: HashMap<u64, Vec<(usize, SampledRow)>> = HashMap::new();
@@ -83,14 +128,13 @@ impl<E: Executor> Engine<E> {
                 })
                 .push((job.member, row));
         }
-        let mut outputs = Vec::new();
         for key in order {
             let rows = by_request.remove(&key).unwrap_or_default();
             if let Some(out) = self.advance(key, rows)? {
                 outputs.push(out);
             }
         }
-        Ok(outputs)
+        Ok(tokens)
     }
 
     /// Each job's structured-output mask (`None` for unconstrained rows), computed for all
@@ -106,7 +150,6 @@ impl<E: Executor> Engine<E> {
             })
             .collect();
         if matchers.iter().all(Option::is_none) {
-            self.stats.last_mask_time = std::time::Duration::ZERO;
             return vec![None; jobs.len()];
         }
         let masks: Vec<Option<SimpleVob>> = matchers
@@ -127,7 +170,7 @@ impl<E: Executor> Engine<E> {
                 member.grammar = m;
             }
         }
-        self.stats.last_mask_time = started.elapsed();
+        self.stats.last_mask_time += started.elapsed();
         masks
     }
 
@@ -165,6 +208,7 @@ impl<E: Executor> Engine<E> {
                 },
                 num_top: p.logprobs.unwrap_or(0).max(beam_top),
                 allowed: masks.get(i).and_then(Option::as_ref),
+                proposal: job.proposal(),
             });
         }
         Ok(sample_batch(&mut batch))
@@ -184,6 +228,8 @@ impl<E: Executor> Engine<E> {
         for c in chunks {
             let rows = if c.all_logits {
                 c.num_new
+            } else if c.num_spec > 0 {
+                1 + c.num_spec
             } else {
                 usize::from(c.want_logits)
             };
@@ -223,6 +269,22 @@ impl<E: Executor> Engine<E> {
             let Some(member) = req.members.iter().position(|m| m.seq == Some(c.seq)) else {
                 continue;
             };
+            if c.num_spec > 0 {
+                let proposals = self
+                    .scheduler
+                    .seq(c.seq)
+                    .map(|s| s.spec.clone())
+                    .unwrap_or_default();
+                self.stats.spec.num_drafts += 1;
+                self.stats.spec.num_draft_tokens += proposals.len() as u64;
+                let spec = SpecCursor {
+                    seq: c.seq,
+                    position: 0,
+                    proposals,
+                };
+                jobs.push(spec_job(key, req, member, first_row, spec));
+                continue;
+            }
             let draws = if req.params.use_beam_search {
                 0
             } else if req.before_first_token() {
@@ -241,6 +303,7 @@ impl<E: Executor> Engine<E> {
                 member,
                 row: first_row + rows - 1,
                 uniforms,
+                spec: None,
             });
         }
         Ok(jobs)

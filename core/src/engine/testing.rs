@@ -137,8 +137,10 @@ impl Executor for SimulatedKvExecutor {
         for (row, &idx) in b.logits_indices.iter().enumerate() {
             let seq = b.query_start.partition_point(|&s| s <= idx) - 1;
             let table = b.block_table(seq);
-            let mut context = Vec::with_capacity(b.context_lens[seq] as usize);
-            for p in 0..b.context_lens[seq] as usize {
+            // Causal: the row sees its own token and those before it.
+            let len = b.positions[idx as usize] as usize + 1;
+            let mut context = Vec::with_capacity(len);
+            for p in 0..len {
                 let slot = table[p / bs] as usize * bs + p % bs;
                 match self.device[slot] {
                     Some((tok, pos)) if pos as usize == p => context.push(tok),

@@ -20,6 +20,17 @@ struct Case {
     max_num_batched_tokens: usize,
     mode: PreemptionMode,
     prefix_caching: bool,
+    /// Speculative decoding: the proposer's kind and k.
+    spec: Option<(SpecKind, usize)>,
+}
+
+/// Proposers for the property test: the n-gram lookup, a draft that knows the simulated
+/// model but errs (many rejections), and a draft model on its own simulated executor.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum SpecKind {
+    Ngram,
+    Erring { one_in: u64 },
+    Draft { num_blocks: usize },
 }
 
 /// A request: prompt, max_tokens, the step it arrives at, and the step it is aborted at.
@@ -47,8 +58,9 @@ fn params(max_tokens: usize) -> SamplingParams {
     }
 }
 
-/// Runs the specs; returns total preemptions and the most sequences ever swapped at once.
-fn run(case: &Case, specs: &[Spec]) -> (u64, usize) {
+/// Runs the specs; returns total preemptions, the most sequences ever swapped at once, and
+/// the engine's counters.
+fn run(case: &Case, specs: &[Spec]) -> (u64, usize, EngineStats) {
     let exec = SimulatedKvExecutor::new(VOCAB, case.block_size, case.num_blocks, case.host_blocks);
     let mut engine = Engine::new(
         exec,
@@ -67,6 +79,14 @@ fn run(case: &Case, specs: &[Spec]) -> (u64, usize) {
         },
     )
     .unwrap();
+    if let Some((kind, k)) = case.spec {
+        engine.set_speculator(Some(super::spec_tests::speculator(
+            kind,
+            k,
+            VOCAB,
+            case.block_size,
+        )));
+    }
     let mut got: HashMap<String, (Vec<u32>, Option<FinishReason>)> = HashMap::new();
     let mut live = std::collections::HashSet::new();
     let mut max_swapped = 0;
@@ -123,7 +143,7 @@ fn run(case: &Case, specs: &[Spec]) -> (u64, usize) {
     let bm = engine.scheduler().block_manager();
     assert_eq!(bm.num_available_device(), case.num_blocks);
     assert_eq!(bm.num_free_host(), case.host_blocks);
-    (engine.stats().preemptions, max_swapped)
+    (engine.stats().preemptions, max_swapped, engine.stats())
 }
 
 fn prompt_strategy() -> impl Strategy<Value = Vec<u32>> {
@@ -156,6 +176,14 @@ proptest! {
         extra_tokens in 0usize..64,
         swap in any::<bool>(),
         prefix_caching in any::<bool>(),
+        spec in prop::option::of((
+            prop_oneof![
+                Just(SpecKind::Ngram),
+                (2u64..6).prop_map(|one_in| SpecKind::Erring { one_in }),
+                (4usize..64).prop_map(|num_blocks| SpecKind::Draft { num_blocks }),
+            ],
+            1usize..6,
+        )),
     ) {
         let case = Case {
             block_size,
@@ -165,12 +193,22 @@ proptest! {
             max_num_batched_tokens: max_num_seqs + extra_tokens,
             mode: if swap { PreemptionMode::Swap } else { PreemptionMode::Recompute },
             prefix_caching,
+            spec,
         };
         run(&case, &specs);
     }
 }
 
 fn crowded(mode: PreemptionMode) -> (u64, usize) {
+    let (preemptions, swapped, _) = crowded_with(mode, None);
+    (preemptions, swapped)
+}
+
+/// Twelve requests in a pool that holds a few: preemption on every few steps.
+pub(super) fn crowded_with(
+    mode: PreemptionMode,
+    spec: Option<(SpecKind, usize)>,
+) -> (u64, usize, EngineStats) {
     let specs: Vec<Spec> = (0..12)
         .map(|i| ((0..10 + i).map(|t| t * 31 + i).collect(), 40, 0, None))
         .collect();
@@ -182,6 +220,7 @@ fn crowded(mode: PreemptionMode) -> (u64, usize) {
         max_num_batched_tokens: 32,
         mode,
         prefix_caching: true,
+        spec,
     };
     run(&case, &specs)
 }

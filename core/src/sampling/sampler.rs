@@ -33,6 +33,12 @@ pub struct SamplerRow<'a> {
     pub num_top: usize,
     /// Structured outputs: the only tokens that may come next.
     pub allowed: Option<&'a SimpleVob>,
+    /// Speculative decoding: the proposed token this row verifies. Greedy rows take the
+    /// argmax as always (the proposal stands if it is the argmax); random rows accept it with
+    /// probability p(proposal) using `uniforms[0]` and otherwise draw from p without it using
+    /// `uniforms[1]` (rejection sampling with a one-hot proposal distribution), so the token
+    /// is distributed exactly as a plain draw.
+    pub proposal: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -73,6 +79,8 @@ pub fn sample_batch(rows: &mut [SamplerRow]) -> Vec<SampledRow> {
             };
             let tokens = if r.params.is_greedy() {
                 vec![argmax(r.logits); r.uniforms.len()]
+            } else if let Some(x) = r.proposal {
+                vec![verify_proposal(r.logits, r.params, x, r.uniforms)]
             } else {
                 draw(r.logits, r.params, r.uniforms)
             };
@@ -146,18 +154,52 @@ fn draw(logits: &[f32], p: &SamplingParams, uniforms: &[f64]) -> Vec<u32> {
         return vec![argmax(logits); uniforms.len()];
     }
     WEIGHTS.with_borrow_mut(|w| {
-        w.resize(logits.len(), 0.0);
-        kernels::weights(logits, m, 1.0 / p.temperature, p.min_p, w);
-        if p.top_k > 0 && p.top_k < w.len() {
-            let kth = kth_largest(w, p.top_k);
-            kernels::zero_below(w, kth);
-        }
-        if p.top_p < 1.0 {
-            let cut = top_p_cutoff(w, p.top_p as f64);
-            kernels::zero_below(w, cut);
-        }
-        let total = kernels::sum(w);
+        let total = sampling_weights(logits, m, p, w);
         uniforms.iter().map(|&u| find_mass(w, u * total)).collect()
+    })
+}
+
+/// The weights a draw samples from (min-p, top-k and top-p applied) and their total.
+fn sampling_weights(logits: &[f32], max: f32, p: &SamplingParams, w: &mut Vec<f32>) -> f64 {
+    w.resize(logits.len(), 0.0);
+    kernels::weights(logits, max, 1.0 / p.temperature, p.min_p, w);
+    if p.top_k > 0 && p.top_k < w.len() {
+        let kth = kth_largest(w, p.top_k);
+        kernels::zero_below(w, kth);
+    }
+    if p.top_p < 1.0 {
+        let cut = top_p_cutoff(w, p.top_p as f64);
+        kernels::zero_below(w, cut);
+    }
+    kernels::sum(w)
+}
+
+/// Rejection sampling of a deterministic proposal `x`: kept with probability p(x) (uniform
+/// `u[0]`), else a draw from p with x's weight removed and the rest renormalized (`u[1]`).
+/// P(x) = p(x) and P(y) = (1 - p(x)) p(y) / (1 - p(x)) = p(y): exactly the target.
+fn verify_proposal(logits: &[f32], p: &SamplingParams, x: u32, u: &[f64]) -> u32 {
+    let (u_accept, u_draw) = (
+        u.first().copied().unwrap_or(0.0),
+        u.get(1).copied().unwrap_or(0.0),
+    );
+    let m = max(logits);
+    if !m.is_finite() {
+        return argmax(logits);
+    }
+    WEIGHTS.with_borrow_mut(|w| {
+        let total = sampling_weights(logits, m, p, w);
+        let wx = w.get(x as usize).copied().unwrap_or(0.0) as f64;
+        if u_accept * total < wx {
+            return x;
+        }
+        if let Some(slot) = w.get_mut(x as usize) {
+            *slot = 0.0;
+        }
+        let rest = total - wx;
+        if rest <= 0.0 {
+            return x;
+        }
+        find_mass(w, u_draw * rest)
     })
 }
 

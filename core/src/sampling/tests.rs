@@ -20,6 +20,7 @@ fn row<'a>(
         banned: &[],
         num_top: 0,
         allowed: None,
+        proposal: None,
     }
 }
 
@@ -230,6 +231,7 @@ fn penalties_bias_and_bans_follow_their_formulas() {
         banned: &[1],
         num_top: 2,
         allowed: None,
+        proposal: None,
         ..row(&mut l, &p, &[0.0])
     }]);
     assert_eq!(l[..4], [1.0, f32::NEG_INFINITY, 0.0, 5.0]);

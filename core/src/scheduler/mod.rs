@@ -83,6 +83,9 @@ pub struct SeqState {
     /// Logits are wanted for every position before this one (prompt logprobs); such a
     /// sequence takes no prefix-cache hit, as cached tokens have no logits.
     pub all_logits_until: usize,
+    /// Proposed next tokens (speculative decoding), verified in the next step after the
+    /// known ones; empty unless the sequence is decoding.
+    pub spec: Vec<u32>,
 }
 
 impl SeqState {
@@ -93,6 +96,7 @@ impl SeqState {
             num_computed: 0,
             group_size: 1,
             all_logits_until: 0,
+            spec: Vec::new(),
         }
     }
 }
@@ -114,6 +118,9 @@ pub struct ScheduledChunk {
     pub want_logits: bool,
     /// Logits for every token of the chunk (prompt logprobs), not just the last.
     pub all_logits: bool,
+    /// The last `num_spec` tokens of the chunk are proposals (`SeqState::spec`): the chunk
+    /// wants logits for them and for the known token before them.
+    pub num_spec: usize,
 }
 
 /// Block moves the backend performs before the step's forward, in this order.
@@ -221,6 +228,39 @@ impl Scheduler {
         self.seqs.insert(id, (state, Queue::Waiting));
         insert_by_arrival(&self.seqs, &mut self.waiting, id);
         Ok(())
+    }
+
+    /// Running sequences, earliest arrival first.
+    pub fn running(&self) -> impl Iterator<Item = (SeqId, &SeqState)> + '_ {
+        self.running.iter().map(|id| (*id, &self.seqs[id].0))
+    }
+
+    /// Sets a decoding sequence's proposals for the next step (ignored for one that is not
+    /// running with exactly one token left to compute).
+    pub fn set_proposals(&mut self, id: SeqId, spec: Vec<u32>) {
+        if let Some((s, Queue::Running)) = self.seqs.get_mut(&id) {
+            if s.num_computed + 1 == s.tokens.len() {
+                s.spec = spec;
+            }
+        }
+    }
+
+    /// After a speculative step: the sequence's first `num_computed` tokens have valid K/V
+    /// (the known ones and the accepted proposals); the proposals are dropped and the blocks
+    /// past them released.
+    pub fn finish_speculation(&mut self, id: SeqId, num_computed: usize) -> Result<()> {
+        let Some((s, _)) = self.seqs.get_mut(&id) else {
+            return Ok(());
+        };
+        s.spec.clear();
+        if num_computed >= s.tokens.len() {
+            return Err(InferError::KvCache(format!(
+                "sequence {id}: {num_computed} verified of {} tokens",
+                s.tokens.len()
+            )));
+        }
+        s.num_computed = num_computed;
+        self.blocks.truncate(id, &s.tokens, num_computed)
     }
 
     /// Appends a sampled token to a running sequence.

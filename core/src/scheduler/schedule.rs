@@ -11,7 +11,9 @@ use crate::error::{InferError, Result};
 struct Share {
     id: SeqId,
     num_computed: usize,
+    /// Known tokens, then proposals after them.
     num_new: usize,
+    num_spec: usize,
 }
 
 impl Scheduler {
@@ -38,14 +40,19 @@ impl Scheduler {
         while i < self.running.len() && *budget > 0 {
             let members = self.group(&self.running, i);
             let arrival = self.seqs[&members[0]].0.arrival;
-            let shares = self.share_budget(&members, *budget);
+            let mut shares = self.share_budget(&members, *budget);
             let fits = loop {
                 let plan: Vec<_> = shares
                     .iter()
-                    .map(|s| (s.id, s.num_computed, s.num_new))
+                    .map(|s| (s.id, s.num_computed, s.num_new + s.num_spec))
                     .collect();
                 if self.blocks.blocks_to_append_group(&plan) <= self.blocks.num_available_device() {
                     break true;
+                }
+                // Proposals give way before anyone is preempted.
+                if shares.iter().any(|s| s.num_spec > 0) {
+                    shares.iter_mut().for_each(|s| s.num_spec = 0);
+                    continue;
                 }
                 let Some(&last) = self.running.back() else {
                     break false;
@@ -73,7 +80,9 @@ impl Scheduler {
             {
                 break;
             }
-            let shares = self.share_budget(&members, *budget);
+            let mut shares = self.share_budget(&members, *budget);
+            // A group coming back from host memory verifies no proposals.
+            shares.iter_mut().for_each(|s| s.num_spec = 0);
             let plan: Vec<_> = shares
                 .iter()
                 .map(|s| (s.id, s.num_computed, s.num_new))
@@ -235,6 +244,7 @@ impl Scheduler {
                     id,
                     num_computed: s.num_computed,
                     num_new,
+                    num_spec: 0,
                 }
             })
             .collect();
@@ -245,6 +255,15 @@ impl Scheduler {
                 if ends(s) {
                     s.num_new -= 1;
                 }
+            }
+            return shares;
+        }
+        // Proposals ride along with a decode token, as far as the budget goes.
+        for s in shares.iter_mut() {
+            let spec = &self.seqs[&s.id].0.spec;
+            if s.num_new == 1 && ends(s) && !spec.is_empty() {
+                s.num_spec = spec.len().min(left);
+                left -= s.num_spec;
             }
         }
         shares
@@ -257,15 +276,21 @@ impl Scheduler {
         budget: &mut usize,
         out: &mut SchedulerOutput,
     ) -> Result<()> {
-        for s in shares.iter().filter(|s| s.num_new > 0) {
+        for s in shares {
+            if let Some((state, _)) = self.seqs.get_mut(&s.id) {
+                state.spec.truncate(s.num_spec);
+            }
+            if s.num_new == 0 {
+                continue;
+            }
             let tokens = &self.seqs[&s.id].0.tokens;
             let copies = self
                 .blocks
-                .append_slots(s.id, tokens, s.num_computed, s.num_new)?
+                .append_speculative_slots(s.id, tokens, s.num_computed, s.num_new, s.num_spec)?
                 .ok_or_else(|| counted_blocks_missing(s.id))?;
             out.cache_ops.copy.extend(copies);
-            self.push_chunk(s.id, s.num_new, out);
-            *budget -= s.num_new;
+            self.push_chunk(s.id, s.num_new + s.num_spec, out);
+            *budget -= s.num_new + s.num_spec;
         }
         Ok(())
     }
@@ -295,14 +320,17 @@ impl Scheduler {
         slots.max(self.running.len())
     }
 
+    /// Schedules `num_new` tokens after the computed ones: known tokens, then any proposals.
     fn push_chunk(&mut self, id: SeqId, num_new: usize, out: &mut SchedulerOutput) {
         if let Some((s, _)) = self.seqs.get_mut(&id) {
+            let num_spec = (s.num_computed + num_new).saturating_sub(s.tokens.len());
             out.chunks.push(ScheduledChunk {
                 seq: id,
                 num_computed: s.num_computed,
                 num_new,
-                want_logits: s.num_computed + num_new == s.tokens.len(),
+                want_logits: s.num_computed + num_new == s.tokens.len() + num_spec,
                 all_logits: s.num_computed < s.all_logits_until,
+                num_spec,
             });
             s.num_computed += num_new;
         }
@@ -343,6 +371,11 @@ impl Scheduler {
             }
             false
         });
+        for id in &members {
+            if let Some((s, _)) = self.seqs.get_mut(id) {
+                s.spec.clear();
+            }
+        }
         let want_swap = self.config.preemption_mode == PreemptionMode::Swap || members.len() > 1;
         if want_swap && self.blocks.can_swap_out(&members) {
             out.cache_ops

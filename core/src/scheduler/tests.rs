@@ -97,7 +97,8 @@ fn nothing_new_is_admitted_while_a_sequence_is_swapped_out() {
             num_computed: 8,
             num_new: 1,
             want_logits: true,
-            all_logits: false
+            all_logits: false,
+            num_spec: 0
         }
     );
     assert_eq!(out.chunks[1].seq, 2);

@@ -1,0 +1,168 @@
+//! A draft model proposing by greedy decoding: a smaller model with the target's tokenizer,
+//! run by its own executor over its own KV pool and block tables. Each step it catches up
+//! on the tokens the target accepted since its last proposal (only those: the cache keeps
+//! every position both models agree on), then decodes k tokens in k batched forwards.
+
+use std::collections::HashMap;
+
+use super::{ProposalRequest, Proposer};
+use crate::batch::{BatchInput, SequenceChunk};
+use crate::block_manager::{BlockManager, PrefixHit, SeqId};
+use crate::engine::Executor;
+use crate::error::{InferError, Result};
+use crate::sampling::math::argmax;
+use crate::scheduler::CacheOps;
+
+pub struct DraftProposer<E: Executor> {
+    executor: E,
+    blocks: BlockManager,
+    /// Per sequence, the tokens whose K/V the draft cache holds (in position order).
+    cached: HashMap<SeqId, Vec<u32>>,
+    block_size: usize,
+}
+
+/// One sequence being drafted this step.
+struct Drafting {
+    /// Index into the requests.
+    request: usize,
+    seq: SeqId,
+    /// Tokens fed so far (the sequence's, then the draft's own).
+    tokens: Vec<u32>,
+    /// How many of `tokens` have K/V in the draft cache.
+    computed: usize,
+    wanted: usize,
+}
+
+impl<E: Executor> DraftProposer<E> {
+    /// `executor` holds `num_blocks` KV blocks of `block_size` tokens for the draft model.
+    pub fn new(executor: E, block_size: usize, num_blocks: usize) -> Self {
+        DraftProposer {
+            executor,
+            blocks: BlockManager::new(block_size, num_blocks, 0, false),
+            cached: HashMap::new(),
+            block_size,
+        }
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        self.blocks.free(seq);
+        self.cached.remove(&seq);
+    }
+
+    /// Rolls the sequence's draft cache back to what still matches `r.tokens` and makes
+    /// room for the catch-up and the proposals; `None` when the draft pool is full (the
+    /// sequence goes without proposals this step).
+    fn prepare(&mut self, request: usize, r: &ProposalRequest) -> Result<Option<Drafting>> {
+        let len = r.tokens.len();
+        let cached = self.cached.get(&r.seq).map_or(&[][..], Vec::as_slice);
+        let common = cached
+            .iter()
+            .zip(r.tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(len - 1);
+        if self.blocks.block_table(r.seq).is_some() {
+            self.blocks.truncate(r.seq, r.tokens, common)?;
+        } else {
+            self.blocks
+                .allocate(r.seq, PrefixHit::default(), r.tokens, 0)?;
+        }
+        let grown = self.blocks.append_speculative_slots(
+            r.seq,
+            r.tokens,
+            common,
+            len - common,
+            r.max_tokens - 1,
+        )?;
+        if grown.is_none() {
+            self.forget(r.seq);
+            return Ok(None);
+        }
+        self.cached.insert(r.seq, r.tokens[..common].to_vec());
+        Ok(Some(Drafting {
+            request,
+            seq: r.seq,
+            tokens: r.tokens.to_vec(),
+            computed: common,
+            wanted: r.max_tokens,
+        }))
+    }
+
+    /// One batched forward over every sequence still drafting; each gets its next token.
+    fn forward(&mut self, drafting: &mut [&mut Drafting]) -> Result<()> {
+        let chunks: Vec<SequenceChunk> = drafting
+            .iter()
+            .map(|d| SequenceChunk {
+                tokens: &d.tokens[d.computed..],
+                num_computed: d.computed,
+                block_table: self.blocks.block_table(d.seq).unwrap_or(&[]),
+                want_logits: true,
+                all_logits: false,
+            })
+            .collect();
+        let mut batch = BatchInput::build(&chunks, self.block_size)?;
+        batch.argmax_only = true;
+        let read = self.executor.submit(&CacheOps::default(), Some(&batch))?;
+        let executor = &self.executor;
+        let logits = read.wait(|| executor.wait())?;
+        let vocab = self.executor.vocab_size();
+        let ids: Vec<u32> = match logits.argmax {
+            Some(ids) => ids,
+            None => logits.rows.chunks(vocab.max(1)).map(argmax).collect(),
+        };
+        if ids.len() != drafting.len() {
+            return Err(InferError::Backend {
+                backend: "draft model",
+                message: format!("{} rows for {} sequences", ids.len(), drafting.len()),
+            });
+        }
+        for (d, id) in drafting.iter_mut().zip(ids) {
+            d.computed = d.tokens.len();
+            d.tokens.push(id);
+        }
+        Ok(())
+    }
+}
+
+impl<E: Executor> Proposer for DraftProposer<E> {
+    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Vec<u32>>> {
+        let mut drafting = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            if r.max_tokens == 0 || r.tokens.is_empty() {
+                continue;
+            }
+            if let Some(d) = self.prepare(i, r)? {
+                drafting.push(d);
+            }
+        }
+        let rounds = drafting.iter().map(|d| d.wanted).max().unwrap_or(0);
+        for round in 0..rounds {
+            let mut active: Vec<&mut Drafting> =
+                drafting.iter_mut().filter(|d| d.wanted > round).collect();
+            if let Err(e) = self.forward(&mut active) {
+                // The cache may hold half a step: start every sequence over next time.
+                let seqs: Vec<SeqId> = drafting.iter().map(|d| d.seq).collect();
+                seqs.into_iter().for_each(|s| self.forget(s));
+                return Err(e);
+            }
+        }
+        let mut out = vec![Vec::new(); requests.len()];
+        for d in drafting {
+            let proposals = d.tokens[requests[d.request].tokens.len()..].to_vec();
+            // The last proposal was never fed back: the cache ends before it.
+            self.cached
+                .insert(d.seq, d.tokens[..d.tokens.len() - 1].to_vec());
+            out[d.request] = proposals;
+        }
+        Ok(out)
+    }
+
+    fn retain(&mut self, live: &dyn Fn(SeqId) -> bool) {
+        let gone: Vec<SeqId> = self.cached.keys().copied().filter(|&s| !live(s)).collect();
+        gone.into_iter().for_each(|s| self.forget(s));
+    }
+
+    fn name(&self) -> &'static str {
+        "draft_model"
+    }
+}

@@ -1,0 +1,248 @@
+//! Speculative decoding: a proposer guesses a decoding sequence's next k tokens, the target
+//! model scores all of them in one forward (the step schedules `1 + k` query tokens), and the
+//! engine keeps the longest run the target agrees with plus one token of its own. Decode is
+//! bound by reading the weights once per step, so the speed-up is about the accepted length.
+//!
+//! Proposals are deterministic (the n-gram lookup's continuation, the draft model's argmax):
+//! the proposal distribution q is one-hot, so rejection sampling accepts a proposed token x
+//! with probability min(1, p(x)/q(x)) = p(x) and otherwise draws from p with x removed, which
+//! leaves the output distribution exactly the target's (see `sampling::sampler`).
+
+mod draft;
+mod ngram;
+
+use serde::{Deserialize, Serialize};
+
+pub use draft::DraftProposer;
+pub use ngram::NgramProposer;
+
+use crate::block_manager::SeqId;
+use crate::error::{InferError, Result};
+
+/// Most proposals per sequence and step (the per-position acceptance counters hold this
+/// many).
+pub const MAX_SPECULATIVE_TOKENS: usize = 16;
+
+/// Default for `disable_by_batch_size`: speculation pays while the step is bound by reading
+/// the weights; from this many running sequences on, verifying k extra tokens per sequence
+/// costs more than it saves (measured on the CPU backend with SmolLM2, see the README).
+pub const DEFAULT_DISABLE_BY_BATCH_SIZE: usize = 4;
+
+/// `--speculative-config` as vLLM spells it: `{"method": "ngram", "num_speculative_tokens": 4,
+/// "prompt_lookup_max": 4}` or `{"model": "...", "num_speculative_tokens": 4}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeConfig {
+    /// `ngram` (prompt lookup) or `draft_model` (implied by `model`).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// The draft model (same tokenizer as the target).
+    #[serde(default)]
+    pub model: Option<String>,
+    pub num_speculative_tokens: usize,
+    /// Longest and shortest n-gram matched (ngram only).
+    #[serde(default)]
+    pub prompt_lookup_max: Option<usize>,
+    #[serde(default)]
+    pub prompt_lookup_min: Option<usize>,
+    /// Speculation is skipped in a step with at least this many running sequences.
+    #[serde(default)]
+    pub disable_by_batch_size: Option<usize>,
+}
+
+/// Which proposer a checked configuration asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpecMethod {
+    Ngram { min: usize, max: usize },
+    Draft { model: String },
+}
+
+impl SpeculativeConfig {
+    /// Parses the JSON of `--speculative-config`; unknown keys are errors that name them.
+    pub fn from_json(json: &str) -> Result<Self> {
+        let config: SpeculativeConfig = serde_json::from_str(json)
+            .map_err(|e| InferError::invalid("speculative_config", e.to_string()))?;
+        config.method()?;
+        Ok(config)
+    }
+
+    /// The proposer, with its parameters checked.
+    pub fn method(&self) -> Result<SpecMethod> {
+        let k = self.num_speculative_tokens;
+        if k == 0 || k > MAX_SPECULATIVE_TOKENS {
+            return Err(InferError::invalid(
+                "num_speculative_tokens",
+                format!("{k} (expected 1..={MAX_SPECULATIVE_TOKENS})"),
+            ));
+        }
+        if self.disable_by_batch_size == Some(0) {
+            return Err(InferError::invalid("disable_by_batch_size", "must be > 0"));
+        }
+        let lookup_keys = self.prompt_lookup_max.is_some() || self.prompt_lookup_min.is_some();
+        match (self.method.as_deref(), &self.model) {
+            (Some("ngram"), None) => {
+                let max = self.prompt_lookup_max.unwrap_or(4);
+                let min = self.prompt_lookup_min.unwrap_or(1);
+                if min == 0 || min > max {
+                    return Err(InferError::invalid(
+                        "prompt_lookup_min",
+                        format!("{min} must be in 1..=prompt_lookup_max ({max})"),
+                    ));
+                }
+                Ok(SpecMethod::Ngram { min, max })
+            }
+            (None | Some("draft_model"), Some(model)) if !lookup_keys => Ok(SpecMethod::Draft {
+                model: model.clone(),
+            }),
+            (None | Some("draft_model"), Some(_)) => Err(InferError::invalid(
+                "prompt_lookup_max",
+                "only applies to method ngram",
+            )),
+            (Some("ngram"), Some(_)) => Err(InferError::invalid(
+                "model",
+                "method ngram takes no draft model",
+            )),
+            (None, None) | (Some("draft_model"), None) => Err(InferError::invalid(
+                "speculative_config",
+                "give `\"method\": \"ngram\"` or a draft `\"model\"`",
+            )),
+            (Some(other), _) => Err(InferError::invalid(
+                "method",
+                format!("`{other}` is not supported (ngram, draft_model)"),
+            )),
+        }
+    }
+
+    pub fn disable_by_batch_size(&self) -> usize {
+        self.disable_by_batch_size
+            .unwrap_or(DEFAULT_DISABLE_BY_BATCH_SIZE)
+    }
+}
+
+/// A sequence asking for proposals: its tokens (prompt and output) and how many it may take.
+#[derive(Debug, Clone, Copy)]
+pub struct ProposalRequest<'a> {
+    pub seq: SeqId,
+    pub tokens: &'a [u32],
+    pub max_tokens: usize,
+}
+
+/// Guesses the next tokens of decoding sequences.
+pub trait Proposer {
+    /// Up to `max_tokens` proposals for each request, in order (possibly none).
+    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Vec<u32>>>;
+    /// Forgets the sequences for which `live` is false (ended or aborted).
+    fn retain(&mut self, _live: &dyn Fn(SeqId) -> bool) {}
+    /// For logs and metrics.
+    fn name(&self) -> &'static str;
+}
+
+/// A proposer with the engine's speculation settings.
+pub struct Speculator {
+    pub proposer: Box<dyn Proposer>,
+    pub num_speculative_tokens: usize,
+    pub disable_by_batch_size: usize,
+}
+
+impl Speculator {
+    pub fn new(proposer: Box<dyn Proposer>, config: &SpeculativeConfig) -> Result<Self> {
+        config.method()?;
+        Ok(Speculator {
+            proposer,
+            num_speculative_tokens: config.num_speculative_tokens,
+            disable_by_batch_size: config.disable_by_batch_size(),
+        })
+    }
+}
+
+/// Counters since start-up (vLLM's `spec_decode` series).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SpecDecodeStats {
+    /// Sequence-steps that verified at least one proposal.
+    pub num_drafts: u64,
+    pub num_draft_tokens: u64,
+    pub num_accepted_tokens: u64,
+    /// Accepted proposals by their position in the draft.
+    pub accepted_per_position: [u64; MAX_SPECULATIVE_TOKENS],
+    /// Steps where speculation was off because the batch was large.
+    pub disabled_steps: u64,
+    /// Time spent proposing (draft model forwards, n-gram lookups).
+    pub propose_micros: u64,
+}
+
+impl SpecDecodeStats {
+    /// Accepted proposals over proposed ones.
+    pub fn acceptance_rate(&self) -> Option<f64> {
+        (self.num_draft_tokens > 0)
+            .then(|| self.num_accepted_tokens as f64 / self.num_draft_tokens as f64)
+    }
+
+    /// Tokens each verified draft produced: the accepted ones plus the target's own (vLLM's
+    /// mean acceptance length).
+    pub fn mean_acceptance_length(&self) -> Option<f64> {
+        (self.num_drafts > 0)
+            .then(|| 1.0 + self.num_accepted_tokens as f64 / self.num_drafts as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_parse_as_vllm_spells_them() {
+        let c = SpeculativeConfig::from_json(
+            r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}"#,
+        )
+        .unwrap();
+        assert_eq!(c.method().unwrap(), SpecMethod::Ngram { min: 1, max: 4 });
+        let c = SpeculativeConfig::from_json(r#"{"model": "d.gguf", "num_speculative_tokens": 3}"#)
+            .unwrap();
+        assert_eq!(
+            c.method().unwrap(),
+            SpecMethod::Draft {
+                model: "d.gguf".into()
+            }
+        );
+        assert_eq!(c.disable_by_batch_size(), DEFAULT_DISABLE_BY_BATCH_SIZE);
+    }
+
+    #[test]
+    fn bad_configs_name_the_key() {
+        for (json, key) in [
+            (
+                r#"{"method": "ngram", "num_speculative_tokens": 0}"#,
+                "num_speculative_tokens",
+            ),
+            (
+                r#"{"method": "ngram", "num_speculative_tokens": 99}"#,
+                "num_speculative_tokens",
+            ),
+            (
+                r#"{"method": "eagle", "num_speculative_tokens": 2}"#,
+                "eagle",
+            ),
+            (
+                r#"{"method": "ngram", "num_speculative_tokens": 2, "typo": 1}"#,
+                "typo",
+            ),
+            (r#"{"num_speculative_tokens": 2}"#, "method"),
+            (
+                r#"{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5, "prompt_lookup_max": 2}"#,
+                "prompt_lookup_min",
+            ),
+            (
+                r#"{"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}"#,
+                "disable_by_batch_size",
+            ),
+            (
+                r#"{"model": "d", "num_speculative_tokens": 2, "prompt_lookup_max": 2}"#,
+                "prompt_lookup_max",
+            ),
+            (r#"not json"#, "speculative_config"),
+        ] {
+            let e = SpeculativeConfig::from_json(json).unwrap_err().to_string();
+            assert!(e.contains(key), "{json}: {e}");
+        }
+    }
+}
