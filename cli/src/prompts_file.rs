@@ -95,6 +95,11 @@ pub fn run(
         "prefix_cache_hit_tokens": stats.prefix_cache_hit_tokens,
         "steps": stats.steps,
         "kv_blocks_saved_by_sharing": saved_fraction(&stats),
+        "spec_decode": crate::bench::spec_report(
+            &Default::default(),
+            &stats.spec,
+            engine.speculator().map(|s| s.num_speculative_tokens),
+        ),
     }});
     let mut stdout = std::io::stdout().lock();
     for (i, r) in results.iter().enumerate() {

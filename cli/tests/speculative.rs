@@ -213,3 +213,98 @@ fn bad_speculative_configs_are_refused_with_the_key_named() {
         );
     }
 }
+
+/// `infer serve --speculative-config`: a streamed completion equals the plain greedy text,
+/// and `/metrics` carries vLLM's `spec_decode` counters.
+#[test]
+fn serve_speculates_and_exports_spec_decode_metrics() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_infer"))
+        .args(["serve", "--model", &smollm2_path(), "--port", "0"])
+        .args(["--num-kv-blocks", "64", "--speculative-config", NGRAM])
+        .env("HF_HUB_OFFLINE", "1")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let mut url = None;
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        if let Some(rest) = line.trim().strip_prefix("infer serve: ") {
+            url = rest.split_whitespace().next().map(str::to_string);
+            break;
+        }
+        line.clear();
+    }
+    let url = url.unwrap_or_else(|| panic!("no address on stderr; last line {line:?}"));
+    let prompt = "Repeat exactly: red green blue, red green blue, red green blue.";
+    let v: Value = ureq::post(&format!("{url}/v1/chat/completions"))
+        .send_json(serde_json::json!({
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 24,
+            "temperature": 0,
+        }))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let served = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The metrics follow the engine loop, which may still be finishing the last step.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let metrics = loop {
+        let m = ureq::get(&format!("{url}/metrics"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        if m.contains("spec_decode_num_accepted_tokens_per_pos_total{")
+            || std::time::Instant::now() > deadline
+        {
+            break m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+    };
+    assert!(
+        value("infer:spec_decode_num_drafts_total") > 0.0,
+        "{metrics}"
+    );
+    let proposed = value("infer:spec_decode_num_draft_tokens_total");
+    let accepted = value("infer:spec_decode_num_accepted_tokens_total");
+    assert!(accepted > 0.0 && accepted <= proposed, "{metrics}");
+    let rate = value("infer:spec_decode_draft_acceptance_rate");
+    assert!((rate - accepted / proposed).abs() < 1e-9, "{metrics}");
+    assert!(metrics.contains("infer:spec_decode_num_accepted_tokens_per_pos_total{"));
+
+    let out = infer(&[
+        "generate",
+        "--model",
+        &smollm2_path(),
+        "--chat",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "--prompt",
+        prompt,
+    ]);
+    assert_eq!(
+        ok(&out).trim(),
+        served.trim(),
+        "served with speculation vs plain"
+    );
+}

@@ -109,7 +109,7 @@ impl<E: Executor> Engine<E> {
                     })
                 })
                 .collect::<Result<Vec<_>>>()?,
-            None => self.sample_rows(&jobs, &masks, &mut step.rows, vocab)?,
+            None => self.sample_rows(jobs, &masks, &mut step.rows, vocab)?,
         };
         self.stats.last_sample_time += sampling.elapsed();
         let tokens = sampled

@@ -26,7 +26,7 @@ impl Proposer for ErringProposer {
                 for _ in 0..r.max_tokens {
                     let mut t = simulated_next_token(&ctx, self.vocab);
                     let h = simulated_next_token(&ctx, 1 << 20) as u64;
-                    if h % self.one_in == 0 {
+                    if h.is_multiple_of(self.one_in) {
                         t = (t + 1) % self.vocab as u32;
                     }
                     ctx.push(t);

@@ -81,8 +81,13 @@ impl SpeculativeConfig {
         let lookup_keys = self.prompt_lookup_max.is_some() || self.prompt_lookup_min.is_some();
         match (self.method.as_deref(), &self.model) {
             (Some("ngram"), None) => {
-                let max = self.prompt_lookup_max.unwrap_or(4);
-                let min = self.prompt_lookup_min.unwrap_or(1);
+                // vLLM's defaults: 5 and 5, and one bound given stands for both.
+                let (min, max) = match (self.prompt_lookup_min, self.prompt_lookup_max) {
+                    (None, None) => (5, 5),
+                    (Some(min), None) => (min, min),
+                    (None, Some(max)) => (max, max),
+                    (Some(min), Some(max)) => (min, max),
+                };
                 if min == 0 || min > max {
                     return Err(InferError::invalid(
                         "prompt_lookup_min",
@@ -195,7 +200,7 @@ mod tests {
             r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}"#,
         )
         .unwrap();
-        assert_eq!(c.method().unwrap(), SpecMethod::Ngram { min: 1, max: 4 });
+        assert_eq!(c.method().unwrap(), SpecMethod::Ngram { min: 4, max: 4 });
         let c = SpeculativeConfig::from_json(r#"{"model": "d.gguf", "num_speculative_tokens": 3}"#)
             .unwrap();
         assert_eq!(
