@@ -80,6 +80,9 @@ impl<E: Executor> Engine<E> {
         while !jobs.is_empty() {
             let tokens = self.sample_round(&jobs, step, vocab, &mut outputs)?;
             jobs = self.next_spec_jobs(jobs, &tokens, &mut accepted);
+            if !jobs.is_empty() {
+                outputs.start_merging();
+            }
         }
         self.finish_speculation(chunks, &accepted)?;
         Ok(outputs.into_vec())

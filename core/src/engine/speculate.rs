@@ -169,18 +169,30 @@ pub(super) fn spec_job(
     }
 }
 
-/// A step's outputs, one per request: a speculating request's rounds merge into it.
+/// A step's outputs, one per request: a speculating request's later rounds merge into it.
 #[derive(Default)]
 pub(super) struct StepOutputs {
     outputs: Vec<RequestOutput>,
-    index: HashMap<String, usize>,
+    /// Built at the second round (steps without speculation never pay for it).
+    index: Option<HashMap<String, usize>>,
 }
 
 impl StepOutputs {
+    /// Outputs from now on may belong to requests that already have one.
+    pub fn start_merging(&mut self) {
+        if self.index.is_none() {
+            let index = self.outputs.iter().enumerate();
+            self.index = Some(index.map(|(i, o)| (o.request_id.clone(), i)).collect());
+        }
+    }
+
     pub fn push(&mut self, out: RequestOutput) {
-        let Some(&i) = self.index.get(&out.request_id) else {
-            self.index
-                .insert(out.request_id.clone(), self.outputs.len());
+        let Some(index) = self.index.as_mut() else {
+            self.outputs.push(out);
+            return;
+        };
+        let Some(&i) = index.get(&out.request_id) else {
+            index.insert(out.request_id.clone(), self.outputs.len());
             self.outputs.push(out);
             return;
         };
