@@ -165,6 +165,33 @@ fn generate_and_bench_report_acceptance() {
     let rate = spec["acceptance_rate"].as_f64().unwrap();
     assert!(rate > 0.5, "a model drafting for itself agrees: {report}");
     assert_eq!(spec["accepted_per_position"].as_array().unwrap().len(), 3);
+
+    // Sampled requests: the draft samples at the request's temperature and reports q, so a
+    // model drafting for itself has p = q and min(1, p/q) keeps nearly every proposal (a
+    // one-hot q would keep each with probability p(x) only).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.jsonl");
+    std::fs::write(&file, PROMPTS).unwrap();
+    let out = infer(&[
+        "generate",
+        "--model",
+        &model,
+        "--chat",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "3",
+        "--json",
+        "--prompts-file",
+        file.to_str().unwrap(),
+        "--speculative-config",
+        &draft_config(),
+    ]);
+    let stdout = ok(&out);
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let spec = &summary["summary"]["spec_decode"];
+    let rate = spec["acceptance_rate"].as_f64().unwrap();
+    assert!(rate > 0.9, "{summary}");
 }
 
 #[test]

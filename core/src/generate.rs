@@ -164,6 +164,7 @@ impl<'a, B: Backend> Generator<'a, B> {
                 num_top: 0,
                 allowed: None,
                 proposal: None,
+                proposal_probs: None,
             }])[0]
                 .samples[0]
                 .token;

@@ -105,6 +105,8 @@ pub struct Engine<E: Executor> {
     grammars: Option<Arc<GrammarCompiler>>,
     /// Speculative decoding's proposer and settings, when on.
     speculator: Option<Speculator>,
+    /// This step's proposal distributions of sampled proposals (see `spec_decode::Proposal`).
+    spec_probs: HashMap<SeqId, Vec<f32>>,
 }
 
 /// A step between its submission and its read-back.
@@ -151,6 +153,7 @@ impl<E: Executor> Engine<E> {
             stats: EngineStats::default(),
             grammars: None,
             speculator: None,
+            spec_probs: HashMap::new(),
         })
     }
 

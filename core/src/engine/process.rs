@@ -35,12 +35,20 @@ pub(super) struct SpecCursor {
     pub seq: SeqId,
     pub position: usize,
     pub proposals: Vec<u32>,
+    /// The proposals' q rows when they were sampled (empty: one-hot).
+    pub probs: Vec<f32>,
 }
 
 impl Job {
     fn proposal(&self) -> Option<u32> {
         let s = self.spec.as_ref()?;
         s.proposals.get(s.position).copied()
+    }
+
+    /// q of the proposal this row verifies, when it was sampled.
+    fn proposal_probs(&self, vocab: usize) -> Option<&[f32]> {
+        let s = self.spec.as_ref()?;
+        s.probs.get(s.position * vocab..(s.position + 1) * vocab)
     }
 }
 
@@ -212,6 +220,7 @@ impl<E: Executor> Engine<E> {
                 num_top: p.logprobs.unwrap_or(0).max(beam_top),
                 allowed: masks.get(i).and_then(Option::as_ref),
                 proposal: job.proposal(),
+                proposal_probs: job.proposal_probs(vocab),
             });
         }
         Ok(sample_batch(&mut batch))
@@ -284,6 +293,7 @@ impl<E: Executor> Engine<E> {
                     seq: c.seq,
                     position: 0,
                     proposals,
+                    probs: self.spec_probs.remove(&c.seq).unwrap_or_default(),
                 };
                 jobs.push(spec_job(key, req, member, first_row, spec));
                 continue;

@@ -7,7 +7,7 @@ use super::tests::{crowded_with, SpecKind};
 use super::*;
 use crate::scheduler::PreemptionMode;
 use crate::spec_decode::{
-    DraftProposer, NgramProposer, ProposalRequest, Proposer, SpeculativeConfig,
+    DraftProposer, NgramProposer, Proposal, ProposalRequest, Proposer, SpeculativeConfig,
 };
 
 /// Proposes the simulated model's own next tokens, but gets one in `one_in` wrong (chosen by
@@ -18,7 +18,7 @@ struct ErringProposer {
 }
 
 impl Proposer for ErringProposer {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
         Ok(requests
             .iter()
             .map(|r| {
@@ -31,7 +31,7 @@ impl Proposer for ErringProposer {
                     }
                     ctx.push(t);
                 }
-                ctx[r.tokens.len()..].to_vec()
+                Proposal::deterministic(ctx[r.tokens.len()..].to_vec())
             })
             .collect())
     }
@@ -149,8 +149,8 @@ fn a_perfect_draft_is_always_accepted_and_max_tokens_cuts_inside_a_run() {
 
 #[test]
 fn seeded_sampling_with_speculation_is_reproducible_and_n_and_beams_are_handled() {
-    let run = |spec: bool| {
-        let s = spec.then(|| speculator(SpecKind::Erring { one_in: 4 }, 3, 300, 4));
+    let run = |spec: Option<SpecKind>| {
+        let s = spec.map(|kind| speculator(kind, 3, 300, 4));
         let mut e = engine(300, s);
         let sampled = SamplingParams {
             seed: Some(11),
@@ -172,17 +172,29 @@ fn seeded_sampling_with_speculation_is_reproducible_and_n_and_beams_are_handled(
         let done = finish(&mut e);
         (done, e.stats().spec)
     };
-    let (a, stats) = run(true);
-    let (b, _) = run(true);
-    let (plain, _) = run(false);
-    assert_eq!(a["sampled"], b["sampled"], "same seed, same output");
-    assert_eq!(a["sampled"].len(), 3);
-    for o in &a["sampled"] {
-        assert_eq!(o.token_ids.len(), 20);
-        assert_eq!(o.logprobs.as_ref().map(Vec::len), Some(20));
+    let (plain, _) = run(None);
+    let draft = SpecKind::Draft { num_blocks: 256 };
+    for kind in [SpecKind::Erring { one_in: 4 }, draft] {
+        let (a, stats) = run(Some(kind));
+        let (b, _) = run(Some(kind));
+        assert_eq!(
+            a["sampled"], b["sampled"],
+            "{kind:?}: same seed, same output"
+        );
+        assert_eq!(a["sampled"].len(), 3);
+        for o in &a["sampled"] {
+            assert_eq!(o.token_ids.len(), 20);
+            assert_eq!(o.logprobs.as_ref().map(Vec::len), Some(20));
+        }
+        assert!(stats.num_drafts > 0, "the samples speculated: {stats:?}");
+        assert_eq!(a["beams"], plain["beams"], "beam search does not speculate");
+        if let SpecKind::Draft { .. } = kind {
+            // The draft is the target's own model sampling at its temperature: q = p, so
+            // min(1, p/q) keeps (nearly) every proposal.
+            let rate = stats.acceptance_rate().unwrap();
+            assert!(rate > 0.97, "{stats:?}");
+        }
     }
-    assert!(stats.num_drafts > 0, "the samples speculated: {stats:?}");
-    assert_eq!(a["beams"], plain["beams"], "beam search does not speculate");
 }
 
 /// The same logits at every position: a small vocabulary whose distribution is known.
@@ -208,26 +220,51 @@ impl Executor for FixedRowExecutor {
     }
 }
 
-/// Always proposes the same token.
-struct ConstantProposer(u32);
+/// Always proposes the same token, or samples from a fixed q with the request's uniforms.
+enum TestProposer {
+    Constant(u32),
+    Sampled(Vec<f32>),
+}
 
-impl Proposer for ConstantProposer {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Vec<u32>>> {
+impl Proposer for TestProposer {
+    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
         Ok(requests
             .iter()
-            .map(|r| vec![self.0; r.max_tokens])
+            .map(|r| match self {
+                TestProposer::Constant(t) => Proposal::deterministic(vec![*t; r.max_tokens]),
+                TestProposer::Sampled(q) => {
+                    assert_eq!(r.uniforms.len(), r.max_tokens, "a uniform per proposal");
+                    let tokens = r
+                        .uniforms
+                        .iter()
+                        .map(|&u| {
+                            let mut acc = 0.0;
+                            let at = q.iter().position(|&p| {
+                                acc += p as f64;
+                                acc > u
+                            });
+                            at.unwrap_or(q.len() - 1) as u32
+                        })
+                        .collect();
+                    Proposal {
+                        tokens,
+                        probs: q.repeat(r.max_tokens),
+                    }
+                }
+            })
             .collect())
     }
 
     fn name(&self) -> &'static str {
-        "constant"
+        "test"
     }
 }
 
 /// Rejection sampling keeps the target's distribution: the second token of 4000 seeded
 /// requests (the first one a proposal verifies) against temperature 0.8 and top-k 5 over a
-/// 6-token vocabulary, by a chi-square test. The proposal is a likely token, an unlikely one,
-/// and one top-k removes.
+/// 6-token vocabulary, by a chi-square test. The proposals: a likely token, an unlikely one,
+/// one top-k removes (q one-hot), and draws from a q unlike p that puts mass on the removed
+/// token. The acceptance rate is the sum of min(p, q), as rejection sampling promises.
 #[test]
 fn verified_tokens_follow_the_target_distribution() {
     let row = vec![1.0f32, 0.2, 2.0, -0.5, 0.7, -3.0];
@@ -241,14 +278,27 @@ fn verified_tokens_follow_the_target_distribution() {
         .map(|t| if t == 5 { 0.0 } else { weights[t] / total })
         .collect();
     const N: u64 = 4000;
-    for proposal in [2u32, 3, 5] {
+    let proposers = [
+        TestProposer::Constant(2),
+        TestProposer::Constant(3),
+        TestProposer::Constant(5),
+        TestProposer::Sampled(vec![0.05, 0.05, 0.1, 0.4, 0.2, 0.2]),
+    ];
+    for proposer in proposers {
+        let (name, expected_acceptance) = match &proposer {
+            TestProposer::Constant(x) => (format!("constant {x}"), p[*x as usize]),
+            TestProposer::Sampled(q) => {
+                let overlap = (0..6).map(|t| p[t].min(q[t] as f64)).sum();
+                ("sampled".to_string(), overlap)
+            }
+        };
         let config = SpeculativeConfig {
             method: Some("ngram".into()),
             num_speculative_tokens: 1,
             disable_by_batch_size: Some(usize::MAX),
             ..Default::default()
         };
-        let spec = Speculator::new(Box::new(ConstantProposer(proposal)), &config).unwrap();
+        let spec = Speculator::new(Box::new(proposer), &config).unwrap();
         let exec = FixedRowExecutor { row: row.clone() };
         let mut e = Engine::new(
             exec,
@@ -297,15 +347,11 @@ fn verified_tokens_follow_the_target_distribution() {
             })
             .sum();
         // 4 degrees of freedom: P(chi2 > 18.47) = 0.001.
-        assert!(
-            chi2 < 18.47,
-            "proposal {proposal}: {counts:?} vs {p:?}: chi2 {chi2}"
-        );
+        assert!(chi2 < 18.47, "{name}: {counts:?} vs {p:?}: chi2 {chi2}");
         let accepted = s.num_accepted_tokens as f64 / N as f64;
         assert!(
-            (accepted - p[proposal as usize]).abs() < 0.03,
-            "proposal {proposal} accepted {accepted} vs p {}",
-            p[proposal as usize]
+            (accepted - expected_acceptance).abs() < 0.03,
+            "{name}: accepted {accepted} vs {expected_acceptance}"
         );
     }
 }

@@ -37,40 +37,75 @@ impl<E: Executor> Engine<E> {
         if !enabled {
             self.stats.spec.disabled_steps += 1;
         }
-        let mut asks = Vec::new();
+        self.spec_probs.clear();
+        // (sequence, its tokens, k, temperature, one uniform per proposal when sampled)
+        let mut wanted = Vec::new();
         let mut quiet = Vec::new();
         for (seq, s) in scheduler.running() {
             if s.num_computed + 1 != s.tokens.len() {
                 continue;
             }
-            let req = self.owners.get(&seq).and_then(|k| self.requests.get(k));
-            let room = req
-                .filter(|r| enabled && !r.params.use_beam_search && !r.before_first_token())
-                .map_or(0, |r| r.max_len.saturating_sub(s.tokens.len()));
-            let k = spec.num_speculative_tokens.min(room);
-            if k > 0 {
-                asks.push(ProposalRequest {
-                    seq,
-                    tokens: &s.tokens,
-                    max_tokens: k,
-                });
-            } else if !s.spec.is_empty() {
+            let owner = self.owners.get(&seq).and_then(|k| self.requests.get_mut(k));
+            let Some(req) =
+                owner.filter(|r| enabled && !r.params.use_beam_search && !r.before_first_token())
+            else {
+                if !s.spec.is_empty() {
+                    quiet.push(seq);
+                }
+                continue;
+            };
+            let k = spec
+                .num_speculative_tokens
+                .min(req.max_len.saturating_sub(s.tokens.len()));
+            let member = req.members.iter_mut().find(|m| m.seq == Some(seq));
+            let (Some(member), true) = (member, k > 0) else {
                 quiet.push(seq);
-            }
+                continue;
+            };
+            let greedy = req.params.is_greedy();
+            let temperature = if greedy { 0.0 } else { req.params.temperature };
+            let draws = if greedy { 0 } else { k };
+            let uniforms: Vec<f64> = (0..draws)
+                .map(|_| rand::Rng::random(&mut member.rng))
+                .collect();
+            wanted.push((seq, &s.tokens[..], k, temperature, uniforms));
         }
+        let asks: Vec<ProposalRequest> = wanted
+            .iter()
+            .map(|(seq, tokens, k, temperature, uniforms)| ProposalRequest {
+                seq: *seq,
+                tokens,
+                max_tokens: *k,
+                temperature: *temperature,
+                uniforms,
+            })
+            .collect();
         let proposals = if asks.is_empty() {
             Vec::new()
         } else {
             spec.proposer.propose(&asks)?
         };
-        let given: Vec<(SeqId, Vec<u32>)> = asks
-            .iter()
-            .zip(proposals)
-            .map(|(a, mut p)| {
-                p.truncate(a.max_tokens);
-                (a.seq, p)
-            })
-            .collect();
+        let vocab = self.executor.vocab_size();
+        let mut given = Vec::with_capacity(asks.len());
+        for (a, mut p) in asks.iter().zip(proposals) {
+            p.tokens.truncate(a.max_tokens);
+            if !p.probs.is_empty() {
+                if p.probs.len() < p.tokens.len() * vocab {
+                    return Err(crate::error::InferError::Backend {
+                        backend: spec.proposer.name(),
+                        message: format!(
+                            "{} proposals but {} probabilities (vocabulary {vocab})",
+                            p.tokens.len(),
+                            p.probs.len()
+                        ),
+                    });
+                }
+                self.spec_probs.insert(a.seq, p.probs);
+            }
+            given.push((a.seq, p.tokens));
+        }
+        drop(asks);
+        drop(wanted);
         for (seq, p) in given {
             self.scheduler.set_proposals(seq, p);
         }

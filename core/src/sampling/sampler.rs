@@ -35,10 +35,12 @@ pub struct SamplerRow<'a> {
     pub allowed: Option<&'a SimpleVob>,
     /// Speculative decoding: the proposed token this row verifies. Greedy rows take the
     /// argmax as always (the proposal stands if it is the argmax); random rows accept it with
-    /// probability p(proposal) using `uniforms[0]` and otherwise draw from p without it using
-    /// `uniforms[1]` (rejection sampling with a one-hot proposal distribution), so the token
-    /// is distributed exactly as a plain draw.
+    /// probability min(1, p/q) using `uniforms[0]` and otherwise draw from the residual
+    /// max(0, p − q) using `uniforms[1]` (rejection sampling), so the token is distributed
+    /// exactly as a plain draw.
     pub proposal: Option<u32>,
+    /// The distribution q the proposal was drawn from (`None`: deterministic, q one-hot).
+    pub proposal_probs: Option<&'a [f32]>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,7 +82,8 @@ pub fn sample_batch(rows: &mut [SamplerRow]) -> Vec<SampledRow> {
             let tokens = if r.params.is_greedy() {
                 vec![argmax(r.logits); r.uniforms.len()]
             } else if let Some(x) = r.proposal {
-                vec![verify_proposal(r.logits, r.params, x, r.uniforms)]
+                let q = r.proposal_probs;
+                vec![verify_proposal(r.logits, r.params, x, q, r.uniforms)]
             } else {
                 draw(r.logits, r.params, r.uniforms)
             };
@@ -174,10 +177,18 @@ fn sampling_weights(logits: &[f32], max: f32, p: &SamplingParams, w: &mut Vec<f3
     kernels::sum(w)
 }
 
-/// Rejection sampling of a deterministic proposal `x`: kept with probability p(x) (uniform
-/// `u[0]`), else a draw from p with x's weight removed and the rest renormalized (`u[1]`).
-/// P(x) = p(x) and P(y) = (1 - p(x)) p(y) / (1 - p(x)) = p(y): exactly the target.
-fn verify_proposal(logits: &[f32], p: &SamplingParams, x: u32, u: &[f64]) -> u32 {
+/// Rejection sampling of a proposal `x` drawn from `q`: kept with probability
+/// min(1, p(x)/q(x)) (uniform `u[0]`), else a draw from max(0, p − q) renormalized (`u[1]`).
+/// Then P(y) = min(p, q)(y) + (1 − Σ min(p, q)) · (p − q)⁺(y) / Σ (p − q)⁺ = p(y), since
+/// Σ (p − q)⁺ = 1 − Σ min(p, q). A deterministic proposal has q one-hot on x: kept with
+/// probability p(x), else drawn from p without x.
+fn verify_proposal(
+    logits: &[f32],
+    p: &SamplingParams,
+    x: u32,
+    q: Option<&[f32]>,
+    u: &[f64],
+) -> u32 {
     let (u_accept, u_draw) = (
         u.first().copied().unwrap_or(0.0),
         u.get(1).copied().unwrap_or(0.0),
@@ -189,13 +200,26 @@ fn verify_proposal(logits: &[f32], p: &SamplingParams, x: u32, u: &[f64]) -> u32
     WEIGHTS.with_borrow_mut(|w| {
         let total = sampling_weights(logits, m, p, w);
         let wx = w.get(x as usize).copied().unwrap_or(0.0) as f64;
-        if u_accept * total < wx {
+        // Weights are p scaled by `total`: compare p(x) with u q(x) in the same scale.
+        let qx = q.map_or(1.0, |q| q.get(x as usize).copied().unwrap_or(0.0) as f64);
+        if u_accept * qx * total < wx {
             return x;
         }
-        if let Some(slot) = w.get_mut(x as usize) {
-            *slot = 0.0;
+        // The residual (p - q)+, scaled by `total`.
+        match q {
+            None => {
+                if let Some(slot) = w.get_mut(x as usize) {
+                    *slot = 0.0;
+                }
+            }
+            Some(q) => {
+                let scale = total as f32;
+                for (wy, &qy) in w.iter_mut().zip(q) {
+                    *wy = (*wy - qy * scale).max(0.0);
+                }
+            }
         }
-        let rest = total - wx;
+        let rest = kernels::sum(w);
         if rest <= 0.0 {
             return x;
         }

@@ -21,6 +21,7 @@ fn row<'a>(
         num_top: 0,
         allowed: None,
         proposal: None,
+        proposal_probs: None,
     }
 }
 
@@ -232,6 +233,7 @@ fn penalties_bias_and_bans_follow_their_formulas() {
         num_top: 2,
         allowed: None,
         proposal: None,
+        proposal_probs: None,
         ..row(&mut l, &p, &[0.0])
     }]);
     assert_eq!(l[..4], [1.0, f32::NEG_INFINITY, 0.0, 5.0]);

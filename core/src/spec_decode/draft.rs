@@ -1,11 +1,12 @@
-//! A draft model proposing by greedy decoding: a smaller model with the target's tokenizer,
-//! run by its own executor over its own KV pool and block tables. Each step it catches up
-//! on the tokens the target accepted since its last proposal (only those: the cache keeps
-//! every position both models agree on), then decodes k tokens in k batched forwards.
+//! A draft model: a smaller model with the target's tokenizer, run by its own executor over
+//! its own KV pool and block tables. Each step it catches up on the tokens the target accepted
+//! since its last proposal (only those: the cache keeps every position both models agree on),
+//! then decodes k tokens in k batched forwards: greedily for greedy requests, and for sampled
+//! ones by drawing from softmax(logits / T) at the request's temperature, reporting that q.
 
 use std::collections::HashMap;
 
-use super::{ProposalRequest, Proposer};
+use super::{Proposal, ProposalRequest, Proposer};
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, PrefixHit, SeqId};
 use crate::engine::Executor;
@@ -31,6 +32,10 @@ struct Drafting {
     /// How many of `tokens` have K/V in the draft cache.
     computed: usize,
     wanted: usize,
+    temperature: f32,
+    uniforms: Vec<f64>,
+    /// q of each sampled proposal, `[vocab]` per proposal.
+    probs: Vec<f32>,
 }
 
 impl<E: Executor> DraftProposer<E> {
@@ -85,6 +90,9 @@ impl<E: Executor> DraftProposer<E> {
             tokens: r.tokens.to_vec(),
             computed: common,
             wanted: r.max_tokens,
+            temperature: r.temperature,
+            uniforms: r.uniforms.to_vec(),
+            probs: Vec::new(),
         }))
     }
 
@@ -101,22 +109,36 @@ impl<E: Executor> DraftProposer<E> {
             })
             .collect();
         let mut batch = BatchInput::build(&chunks, self.block_size)?;
-        batch.argmax_only = true;
+        batch.argmax_only = drafting.iter().all(|d| d.temperature <= 0.0);
         let read = self.executor.submit(&CacheOps::default(), Some(&batch))?;
         let executor = &self.executor;
         let logits = read.wait(|| executor.wait())?;
-        let vocab = self.executor.vocab_size();
-        let ids: Vec<u32> = match logits.argmax {
-            Some(ids) => ids,
-            None => logits.rows.chunks(vocab.max(1)).map(argmax).collect(),
+        let vocab = self.executor.vocab_size().max(1);
+        let rows = match &logits.argmax {
+            Some(ids) => ids.len(),
+            None => logits.rows.len() / vocab,
         };
-        if ids.len() != drafting.len() {
+        if rows != drafting.len() {
             return Err(InferError::Backend {
                 backend: "draft model",
-                message: format!("{} rows for {} sequences", ids.len(), drafting.len()),
+                message: format!("{rows} rows for {} sequences", drafting.len()),
             });
         }
-        for (d, id) in drafting.iter_mut().zip(ids) {
+        for (i, d) in drafting.iter_mut().enumerate() {
+            let id = match &logits.argmax {
+                Some(ids) => ids[i],
+                None if d.temperature <= 0.0 => argmax(&logits.rows[i * vocab..(i + 1) * vocab]),
+                None => {
+                    let row = &logits.rows[i * vocab..(i + 1) * vocab];
+                    // One uniform per sampled proposal, in order.
+                    let u = d
+                        .uniforms
+                        .get(d.probs.len() / vocab)
+                        .copied()
+                        .unwrap_or(0.0);
+                    draw_with_q(row, d.temperature, u, &mut d.probs)
+                }
+            };
             d.computed = d.tokens.len();
             d.tokens.push(id);
         }
@@ -124,8 +146,36 @@ impl<E: Executor> DraftProposer<E> {
     }
 }
 
+/// Draws from softmax(`row` / `temperature`) by inverse CDF at `u`; appends that
+/// distribution to `q`.
+fn draw_with_q(row: &[f32], temperature: f32, u: f64, q: &mut Vec<f32>) -> u32 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let start = q.len();
+    q.extend(row.iter().map(|&l| ((l - max) / temperature).exp()));
+    let dist = &mut q[start..];
+    let total: f64 = dist.iter().map(|&w| w as f64).sum();
+    if !(total.is_finite() && total > 0.0) {
+        // Nothing drawable: a one-hot q on the argmax keeps the verification exact.
+        let best = argmax(row);
+        dist.iter_mut().for_each(|w| *w = 0.0);
+        dist[best as usize] = 1.0;
+        return best;
+    }
+    let target = u * total;
+    let mut acc = 0.0;
+    let mut token = None;
+    for (t, w) in dist.iter_mut().enumerate() {
+        acc += *w as f64;
+        if token.is_none() && acc > target && *w > 0.0 {
+            token = Some(t as u32);
+        }
+        *w = (*w as f64 / total) as f32;
+    }
+    token.unwrap_or_else(|| dist.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32)
+}
+
 impl<E: Executor> Proposer for DraftProposer<E> {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
         let mut drafting = Vec::new();
         for (i, r) in requests.iter().enumerate() {
             if r.max_tokens == 0 || r.tokens.is_empty() {
@@ -146,13 +196,16 @@ impl<E: Executor> Proposer for DraftProposer<E> {
                 return Err(e);
             }
         }
-        let mut out = vec![Vec::new(); requests.len()];
+        let mut out = vec![Proposal::default(); requests.len()];
         for d in drafting {
-            let proposals = d.tokens[requests[d.request].tokens.len()..].to_vec();
+            let tokens = d.tokens[requests[d.request].tokens.len()..].to_vec();
             // The last proposal was never fed back: the cache ends before it.
             self.cached
                 .insert(d.seq, d.tokens[..d.tokens.len() - 1].to_vec());
-            out[d.request] = proposals;
+            out[d.request] = Proposal {
+                tokens,
+                probs: d.probs,
+            };
         }
         Ok(out)
     }

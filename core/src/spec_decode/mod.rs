@@ -3,10 +3,12 @@
 //! engine keeps the longest run the target agrees with plus one token of its own. Decode is
 //! bound by reading the weights once per step, so the speed-up is about the accepted length.
 //!
-//! Proposals are deterministic (the n-gram lookup's continuation, the draft model's argmax):
-//! the proposal distribution q is one-hot, so rejection sampling accepts a proposed token x
-//! with probability min(1, p(x)/q(x)) = p(x) and otherwise draws from p with x removed, which
-//! leaves the output distribution exactly the target's (see `sampling::sampler`).
+//! Sampled rows verify by rejection sampling: a proposed token x is accepted with probability
+//! min(1, p(x)/q(x)), and on rejection the token is drawn from the residual max(0, p − q),
+//! normalized, which leaves the output distribution exactly the target's p (see
+//! `sampling::sampler`). The draft model samples its proposals for sampled requests and reports
+//! q; deterministic proposals (the n-gram lookup, a greedy draft) have a one-hot q, for which
+//! the rule reads: accept with probability p(x), else draw from p without x.
 
 mod draft;
 mod ngram;
@@ -130,12 +132,35 @@ pub struct ProposalRequest<'a> {
     pub seq: SeqId,
     pub tokens: &'a [u32],
     pub max_tokens: usize,
+    /// The request's temperature (0: greedy): a sampling proposer draws at it.
+    pub temperature: f32,
+    /// One uniform per proposal from the request's generator (empty for greedy requests), so
+    /// seeded requests stay reproducible.
+    pub uniforms: &'a [f64],
+}
+
+/// Proposed tokens and, when they were sampled, the distribution each was drawn from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Proposal {
+    pub tokens: Vec<u32>,
+    /// `[tokens.len() * vocab]` the proposal distribution q per position; empty when the
+    /// proposals are deterministic (q one-hot).
+    pub probs: Vec<f32>,
+}
+
+impl Proposal {
+    pub fn deterministic(tokens: Vec<u32>) -> Self {
+        Proposal {
+            tokens,
+            probs: Vec::new(),
+        }
+    }
 }
 
 /// Guesses the next tokens of decoding sequences.
 pub trait Proposer {
     /// Up to `max_tokens` proposals for each request, in order (possibly none).
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Vec<u32>>>;
+    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>>;
     /// Forgets the sequences for which `live` is false (ended or aborted).
     fn retain(&mut self, _live: &dyn Fn(SeqId) -> bool) {}
     /// For logs and metrics.

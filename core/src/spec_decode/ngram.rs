@@ -3,7 +3,7 @@
 //! so it costs microseconds; it pays off where the output copies its input (editing,
 //! summarizing, code that repeats names).
 
-use super::{ProposalRequest, Proposer};
+use super::{Proposal, ProposalRequest, Proposer};
 use crate::error::Result;
 
 pub struct NgramProposer {
@@ -43,10 +43,10 @@ impl NgramProposer {
 }
 
 impl Proposer for NgramProposer {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
         Ok(requests
             .iter()
-            .map(|r| self.lookup(r.tokens, r.max_tokens))
+            .map(|r| Proposal::deterministic(self.lookup(r.tokens, r.max_tokens)))
             .collect())
     }
 
