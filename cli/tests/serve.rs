@@ -1,8 +1,7 @@
 //! `infer serve` as a process: it binds (port 0 = a free one), says where on stderr, answers a
 //! completion and `infer bench serve`'s load, and exits cleanly on SIGTERM.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use infer_tests::smollm2_path;
@@ -10,32 +9,10 @@ use serde_json::{json, Value};
 
 #[test]
 fn serve_answers_then_shuts_down_on_sigterm() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_infer"))
-        .args([
-            "serve",
-            "--model",
-            &smollm2_path(),
-            "--port",
-            "0",
-            "--num-kv-blocks",
-            "64",
-        ])
-        .env("HF_HUB_OFFLINE", "1")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut url = None;
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        if let Some(rest) = line.trim().strip_prefix("infer serve: ") {
-            url = rest.split_whitespace().next().map(str::to_string);
-            break;
-        }
-        line.clear();
-    }
-    let url = url.unwrap_or_else(|| panic!("no address on stderr; last line {line:?}"));
+    let (mut child, url) = infer_tests::spawn_serve(
+        env!("CARGO_BIN_EXE_infer"),
+        &["--model", &smollm2_path(), "--num-kv-blocks", "64"],
+    );
     let v: Value = ureq::post(&format!("{url}/v1/completions"))
         .send_json(json!({"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}))
         .unwrap()

@@ -245,28 +245,17 @@ fn bad_speculative_configs_are_refused_with_the_key_named() {
 /// and `/metrics` carries vLLM's `spec_decode` counters.
 #[test]
 fn serve_speculates_and_exports_spec_decode_metrics() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-
-    let mut child = Command::new(env!("CARGO_BIN_EXE_infer"))
-        .args(["serve", "--model", &smollm2_path(), "--port", "0"])
-        .args(["--num-kv-blocks", "64", "--speculative-config", NGRAM])
-        .env("HF_HUB_OFFLINE", "1")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let mut url = None;
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        if let Some(rest) = line.trim().strip_prefix("infer serve: ") {
-            url = rest.split_whitespace().next().map(str::to_string);
-            break;
-        }
-        line.clear();
-    }
-    let url = url.unwrap_or_else(|| panic!("no address on stderr; last line {line:?}"));
+    let (mut child, url) = infer_tests::spawn_serve(
+        env!("CARGO_BIN_EXE_infer"),
+        &[
+            "--model",
+            &smollm2_path(),
+            "--num-kv-blocks",
+            "64",
+            "--speculative-config",
+            NGRAM,
+        ],
+    );
     let prompt = "Repeat exactly: red green blue, red green blue, red green blue.";
     let v: Value = ureq::post(&format!("{url}/v1/chat/completions"))
         .send_json(serde_json::json!({

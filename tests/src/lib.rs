@@ -5,8 +5,9 @@ pub mod conformance;
 pub mod gguf_writer;
 pub mod hf_writer;
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 
 use infer_core::{
@@ -130,4 +131,31 @@ pub fn run_infer(exe: &str, args: &[&str]) -> Output {
         .env("HF_HUB_OFFLINE", "1")
         .output()
         .expect("running infer")
+}
+
+/// Starts `infer serve` (`exe`, offline) with `args` plus `--port 0`; returns the process and
+/// the base URL it says it listens on (stderr's `infer serve: URL` line).
+pub fn spawn_serve(exe: &str, args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(exe)
+        .arg("serve")
+        .args(args)
+        .args(["--port", "0"])
+        .env("HF_HUB_OFFLINE", "1")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting infer serve");
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Some(rest) = line.trim().strip_prefix("infer serve: ") {
+            if let Some(url) = rest.split_whitespace().next() {
+                return (child, url.to_string());
+            }
+        }
+        line.clear();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("no address on stderr; last line {line:?}");
 }
