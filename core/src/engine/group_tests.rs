@@ -163,6 +163,7 @@ proptest! {
         extra_tokens in 0usize..40,
         swap in any::<bool>(),
         prefix_caching in any::<bool>(),
+        speculate in prop::option::of((1usize..5, 2u64..5)),
     ) {
         // Room for the largest request alone (the engine refuses what can never fit).
         let need = specs.iter().map(|(p, m, k, _)| {
@@ -172,11 +173,24 @@ proptest! {
         }).max().unwrap_or(1);
         let mode = if swap { PreemptionMode::Swap } else { PreemptionMode::Recompute };
         let mut crowded = engine(block_size, need + extra_blocks, host_blocks, max_num_seqs, max_num_seqs + extra_tokens, mode, prefix_caching);
+        // With speculation (an erring proposer), greedy and beam requests must still match
+        // their plain runs alone; sampled ones draw differently, but every token's logprob
+        // must be the model's at its position.
+        if let Some((k, one_in)) = speculate {
+            let kind = super::tests::SpecKind::Erring { one_in };
+            crowded.set_speculator(Some(super::spec_tests::speculator(kind, k, VOCAB, block_size)));
+        }
         let together = run(&mut crowded, &specs, 0);
         for (i, spec) in specs.iter().enumerate() {
             let mut roomy = engine(4, 400, 0, 8, 512, PreemptionMode::Recompute, false);
             let alone = run(&mut roomy, &[(spec.0.clone(), spec.1, spec.2, 0)], i as u64).remove(0);
             let key = |o: &[CompletionOutput]| o.iter().map(|c| (c.token_ids.clone(), c.finish_reason)).collect::<Vec<_>>();
+            if speculate.is_some() && matches!(spec.2, Kind::Samples { .. }) {
+                for out in &together[i] {
+                    check_against_model(&spec.0, out);
+                }
+                continue;
+            }
             prop_assert_eq!(key(&together[i]), key(&alone), "request {} {:?}", i, spec.2);
             for out in &alone {
                 check_against_model(&spec.0, out);
