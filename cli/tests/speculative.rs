@@ -324,3 +324,48 @@ fn serve_speculates_and_exports_spec_decode_metrics() {
         "served with speculation vs plain"
     );
 }
+
+/// Penalties and structured-output masks apply per verified position: greedy output under a
+/// repetition penalty, a frequency penalty and a regex is the plain output.
+#[test]
+fn penalties_and_grammars_apply_per_position() {
+    let model = smollm2_path();
+    let run = |extra: &[&str], spec: bool| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            &model,
+            "--chat",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "40",
+            "--prompt",
+            "Repeat exactly: cat dog cat dog cat dog cat dog cat dog.",
+        ];
+        args.extend(extra);
+        // Down to 1-grams: a penalized output repeats little, yet proposals must come.
+        let config = r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1}"#;
+        if spec {
+            args.extend(["--speculative-config", config]);
+        }
+        let out = infer(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (ok(&out), stderr)
+    };
+    for extra in [
+        &["--repetition-penalty", "1.2", "--frequency-penalty", "0.3"][..],
+        &[
+            "--structured-outputs",
+            r#"{"regex": "(cat |dog )+(cat|dog)\\."}"#,
+        ][..],
+    ] {
+        let (plain, _) = run(extra, false);
+        let (speculated, stderr) = run(extra, true);
+        assert_eq!(speculated, plain, "{extra:?}");
+        assert!(
+            stderr.contains("proposed tokens accepted"),
+            "{extra:?}: {stderr}"
+        );
+    }
+}
