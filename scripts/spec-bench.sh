@@ -15,7 +15,7 @@ run() {
   "$BIN" generate --model "$M" --chat --temperature 0 --json \
     --prompts-file "fixtures/spec_decode/$1.jsonl" --max-num-seqs "$2" "${@:3}" 2>/dev/null |
     tail -1 | python3 -c 'import json,sys; s=json.load(sys.stdin)["summary"]; d=s["spec_decode"] or {}
-print("%.1f tok/s" % s["output_tokens_per_s"], "acceptance", d.get("acceptance_rate"), "length", d.get("mean_acceptance_length"))'
+print("%.1f output tok/s" % s["output_tokens_per_s"], "| decode p50 %.1f tok/s" % s["decode_tok_s_per_request_p50"], "| acceptance", d.get("acceptance_rate"), "length", d.get("mean_acceptance_length"))'
 }
 for round in 1 2 3; do
   for task in repetitive chat; do

@@ -85,12 +85,22 @@ pub fn run(
     let stats = engine.stats();
     let output_tokens: usize = results.iter().map(|r| r.metrics.num_output_tokens).sum();
     let prompt_tokens: usize = results.iter().map(|r| r.prompt_token_ids.len()).sum();
+    // Per request, first token to last: decode speed without the prefill.
+    let decode: Vec<f64> = results
+        .iter()
+        .filter_map(|r| {
+            let m = &r.metrics;
+            let span = (m.finished? - m.first_token?).as_secs_f64();
+            (m.num_output_tokens > 1 && span > 0.0).then(|| (m.num_output_tokens - 1) as f64 / span)
+        })
+        .collect();
     let summary = json!({"summary": {
         "requests": results.len(),
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
         "elapsed_s": elapsed,
         "output_tokens_per_s": output_tokens as f64 / elapsed.max(1e-9),
+        "decode_tok_s_per_request_p50": crate::bench::percentile(&decode, 0.5),
         "preemptions": stats.preemptions,
         "prefix_cache_hit_tokens": stats.prefix_cache_hit_tokens,
         "steps": stats.steps,
