@@ -256,27 +256,27 @@ impl<E: Executor> Engine<E> {
                 self.scheduler.block_manager().num_available_device()
             )));
         }
-        // A speculating chunk is its last known token followed by the proposals.
+        // A speculating chunk is its last known token followed by the proposals (an empty,
+        // unallocated vector for every other chunk).
         let with_proposals: Vec<Vec<u32>> = plan
             .chunks
             .iter()
-            .filter(|c| c.num_spec > 0)
-            .filter_map(|c| {
-                let s = self.scheduler.seq(c.seq)?;
-                Some([&s.tokens[c.num_computed..], &s.spec[..]].concat())
+            .map(|c| match self.scheduler.seq(c.seq) {
+                Some(s) if c.num_spec > 0 => [&s.tokens[c.num_computed..], &s.spec[..]].concat(),
+                _ => Vec::new(),
             })
             .collect();
-        let mut speculating = with_proposals.iter();
         let chunks: Vec<SequenceChunk> = plan
             .chunks
             .iter()
-            .map(|c| {
+            .zip(&with_proposals)
+            .map(|(c, proposed)| {
                 let tokens = match c.num_spec {
                     0 => {
                         let all = self.scheduler.seq(c.seq).map_or(&[][..], |s| &s.tokens[..]);
                         &all[c.num_computed..c.num_computed + c.num_new]
                     }
-                    _ => speculating.next().map_or(&[][..], Vec::as_slice),
+                    _ => &proposed[..],
                 };
                 SequenceChunk {
                     tokens,
