@@ -185,6 +185,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
             max_connections: args.max_connections.max(1),
             shutdown_grace: Duration::from_secs(args.shutdown_grace),
+            ..ServeOptions::default()
         };
         let (local, server) =
             infer_web::bind_with(state, addr, args.api_key, options, shutdown_signal())

@@ -36,7 +36,16 @@ pub async fn bind_with(
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted server can take its port back at once.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let listener = socket.listen(options.listen_backlog)?;
     let local = listener.local_addr()?;
     tracing::info!(%local, model = %state.model_name, backend = %state.backend, "listening");
     let app = routes(state.clone(), api_key);

@@ -27,6 +27,10 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// After a shutdown signal, in-flight requests get this long before they are aborted.
     pub shutdown_grace: Duration,
+    /// The listen backlog: connections the kernel completes before they are accepted. A burst
+    /// beyond it has its SYNs dropped and retried a second later, so it is set well above
+    /// the usual 1024 (the kernel lowers it to `net.core.somaxconn`).
+    pub listen_backlog: u32,
 }
 
 impl Default for ServeOptions {
@@ -35,6 +39,7 @@ impl Default for ServeOptions {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 4096,
             shutdown_grace: Duration::from_secs(5),
+            listen_backlog: 4096,
         }
     }
 }
