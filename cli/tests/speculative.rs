@@ -5,17 +5,11 @@
 use std::process::Output;
 
 use infer_tests::gguf_writer::tiny_llama;
-use infer_tests::smollm2_path;
+use infer_tests::{ok, smollm2_path};
 use serde_json::Value;
 
 fn infer(args: &[&str]) -> Output {
     infer_tests::run_infer(env!("CARGO_BIN_EXE_infer"), args)
-}
-
-fn ok(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 const NGRAM: &str = r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}"#;

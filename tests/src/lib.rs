@@ -133,6 +133,13 @@ pub fn run_infer(exe: &str, args: &[&str]) -> Output {
         .expect("running infer")
 }
 
+/// The stdout of a run that must have succeeded (its stderr is the failure message).
+pub fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Starts `infer serve` (`exe`, offline) with `args` plus `--port 0`; returns the process and
 /// the base URL it says it listens on (stderr's `infer serve: URL` line).
 pub fn spawn_serve(exe: &str, args: &[&str]) -> (Child, String) {
