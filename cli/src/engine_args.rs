@@ -10,8 +10,8 @@ use infer_core::spec_decode::{
     DraftProposer, NgramProposer, Proposer, SpecMethod, SpeculativeConfig, Speculator,
 };
 use infer_core::{
-    Backend, Engine, EngineConfig, Executor, LlamaExecutor, LlamaModel, PreemptionMode,
-    ProcessGroup, SchedulerConfig, Tokenizer, TpExecutor,
+    Backend, Engine, EngineConfig, Executor, Model, ModelExecutor, PreemptionMode, ProcessGroup,
+    SchedulerConfig, Tokenizer, TpExecutor,
 };
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -81,7 +81,7 @@ impl EngineArgs {
     pub fn build<B: Backend + Clone + 'static>(
         &self,
         backend: B,
-        model: Arc<LlamaModel<B>>,
+        model: Arc<Model<B>>,
         tokenizer: Option<Arc<Tokenizer>>,
         max_model_len_is_explicit: bool,
         group: Option<Arc<dyn ProcessGroup>>,
@@ -123,11 +123,11 @@ impl EngineArgs {
     pub fn executor<B: Backend + 'static>(
         &self,
         backend: B,
-        model: Arc<LlamaModel<B>>,
+        model: Arc<Model<B>>,
         max_model_len_is_explicit: bool,
         group: Option<&dyn ProcessGroup>,
         draft_bytes_per_block: usize,
-    ) -> Result<(LlamaExecutor<B>, EngineConfig)> {
+    ) -> Result<(ModelExecutor<B>, EngineConfig)> {
         if self.block_size == 0 {
             anyhow::bail!("--block-size must be at least 1");
         }
@@ -179,7 +179,7 @@ impl EngineArgs {
             enable_prefix_caching: !self.no_prefix_caching,
             scheduler,
         };
-        let executor = LlamaExecutor::new(
+        let executor = ModelExecutor::new(
             backend,
             model,
             self.block_size,
@@ -194,7 +194,7 @@ impl EngineArgs {
 /// KV pool is sized).
 pub struct Speculation<B: Backend> {
     pub config: SpeculativeConfig,
-    pub draft: Option<Arc<LlamaModel<B>>>,
+    pub draft: Option<Arc<Model<B>>>,
 }
 
 impl<B: Backend + 'static> Speculation<B> {
@@ -204,7 +204,7 @@ impl<B: Backend + 'static> Speculation<B> {
         let proposer: Box<dyn Proposer> = match (self.config.method()?, self.draft) {
             (SpecMethod::Ngram { min, max }, _) => Box::new(NgramProposer::new(min, max)),
             (SpecMethod::Draft { .. }, Some(draft)) => {
-                let executor = LlamaExecutor::new(
+                let executor = ModelExecutor::new(
                     backend,
                     draft,
                     config.block_size,

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use infer_core::dummy::{open_dummy_config, DummyWeights};
 use infer_core::parallel::run_worker;
 use infer_core::{
-    open_model, Backend, Engine, Executor, LlamaModel, ModelFiles, TensorParallel, Tokenizer,
+    open_model, Backend, Engine, Executor, Model, ModelFiles, TensorParallel, Tokenizer,
     WeightSource,
 };
 use infer_cpu::CpuBackend;
@@ -108,7 +108,7 @@ pub fn load_model<B: Backend>(
     backend: &B,
     args: &ModelArgs,
     tp: TensorParallel,
-) -> Result<(LlamaModel<B>, Tokenizer)> {
+) -> Result<(Model<B>, Tokenizer)> {
     let (config, weights, tokenizer): (_, Box<dyn WeightSource>, _) = match args.load_format {
         LoadFormat::Auto => {
             let ModelFiles {
@@ -167,7 +167,7 @@ pub fn load_model<B: Backend>(
     } else {
         ProgressBar::hidden()
     };
-    let model = LlamaModel::load_sharded(
+    let model = Model::load_sharded(
         backend,
         &config,
         weights.as_ref(),
@@ -266,7 +266,7 @@ impl ModelArgs {
     fn speculation<B: Backend>(
         &self,
         backend: &B,
-        target: &LlamaModel<B>,
+        target: &Model<B>,
         tokenizer: &Tokenizer,
         tensor_parallel: bool,
     ) -> Result<Option<Speculation<B>>> {

@@ -1,4 +1,4 @@
-//! The op-level backend trait. The Llama forward (`model::llama`) is written once against it;
+//! The op-level backend trait. The decoder forward (`model::decoder`) is written once against it;
 //! the CPU, wgpu and CUDA backends implement it. Ops may enqueue work; `to_host` is the sync
 //! point, and `read_logits` the step's one read-back, which may complete later (the browser
 //! cannot block on the GPU). Batch metadata is passed explicitly (uploaded once per step as
@@ -114,6 +114,10 @@ pub struct AttentionParams {
     pub head_dim: usize,
     /// Softmax scale, usually `1/sqrt(head_dim)`.
     pub scale: f32,
+    /// A query at position p sees only keys p - W + 1 ..= p (sliding-window layers).
+    pub window: Option<usize>,
+    /// Scores (after `scale`) become `cap · tanh(s / cap)` before the softmax (Gemma 2).
+    pub softcap: Option<f32>,
 }
 
 pub trait Backend {
@@ -203,7 +207,9 @@ pub trait Backend {
 
     /// `out[t] = table[token_ids[t]]`: `[num_tokens, hidden]`.
     fn embedding(&self, table: &Self::Tensor, batch: &Self::Batch) -> Result<Self::Tensor>;
-    /// Row-wise `x / rms(x) * weight`.
+    /// `x / rms(x) * weight` over each run of `weight.len()` values: whole rows when the
+    /// weight is as wide as `x`, each head of a row when it is `head_dim` wide (per-head q/k
+    /// norms). The row width must be a multiple of the weight's length.
     fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
     /// `x [m, k] · wᵀ` for a linear weight `w [n, k]`: `[m, n]`.
     fn matmul(&self, x: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
@@ -225,8 +231,16 @@ pub trait Backend {
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
     /// `silu(gate) * up`.
     fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `gelu_tanh(gate) * up`, GELU's tanh approximation
+    /// `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))` (Gemma).
+    fn gelu_tanh_mul(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `x *= s` (embedding, residual and logit multipliers).
+    fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<()>;
+    /// `x = cap · tanh(x / cap)` (final logit soft-capping).
+    fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<()>;
     /// Rotates `x [num_tokens, n_heads * head_dim]` in place at the batch positions, with the
-    /// `[max_len, head_dim]` cos/sin table of `ModelConfig::rope_cos_sin`.
+    /// `[max_len, rotary_dim]` cos/sin table of `Rope::cos_sin`: the first `rotary_dim`
+    /// (≤ `head_dim`, even) dimensions of each head rotate, the rest pass through.
     fn rope(
         &self,
         x: &mut Self::Tensor,
@@ -245,8 +259,8 @@ pub trait Backend {
         batch: &Self::Batch,
     ) -> Result<()>;
     /// Causal attention of `q [num_tokens, heads * head_dim]` over each sequence's cached K/V,
-    /// read through its block table: a query at position p sees keys 0..=p. Prefill chunks and
-    /// decode tokens mix freely in one batch.
+    /// read through its block table: a query at position p sees keys 0..=p, or only the last
+    /// `params.window` of them. Prefill chunks and decode tokens mix freely in one batch.
     fn paged_attention(
         &self,
         q: &Self::Tensor,

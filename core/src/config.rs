@@ -1,37 +1,79 @@
-//! One `ModelConfig` for the Llama family, whichever file format it came from.
+//! One `ModelConfig` for every dense decoder family, whichever file format it came from. What
+//! sets a family apart from Llama is an explicit feature (`Features`), never a name matched
+//! inside the forward: the family files (`model::families`) fill them from config.json or GGUF
+//! metadata.
 
 use crate::error::{InferError, Result};
+pub use crate::model::registry::Family;
+pub use crate::rope::{Rope, RopeScaling, RopeStyle};
 
-/// How RoPE pairs up the dimensions of a head.
+/// Where the per-head query/key RMSNorm of Qwen3, Gemma 3 and OLMo 2 applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Dimensions (2i, 2i+1) rotate together. GGUF files of arch `llama` store Q/K rows permuted
-    /// for this layout (llama.cpp's convert step), so we keep their weights as they are.
-    AdjacentPairs,
-    /// Dimensions (i, i + d/2) rotate together ("rotate half", GPT-NeoX): HF checkpoints and
-    /// GGUF files of arch `qwen2`.
-    HalfSplit,
+pub enum QkNorm {
+    /// Over each head's `head_dim` values, one weight shared by every head (Qwen3, Gemma 3).
+    PerHead,
+    /// Over the whole projection, `heads × head_dim` weights (OLMo 2).
+    Whole,
 }
 
-/// Frequency scaling applied to the rotary inverse frequencies.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RopeScaling {
-    /// Positions divided by `factor` (linear interpolation).
-    Linear { factor: f64 },
-    /// Llama 3.1's piecewise scaling of the inverse frequencies.
-    Llama3 {
-        factor: f64,
-        low_freq_factor: f64,
-        high_freq_factor: f64,
-        original_max_position_embeddings: f64,
-    },
-    /// Per-dimension divisors, as GGUF stores Llama 3.1 scaling (`rope_freqs.weight`).
-    FreqFactors(Vec<f32>),
+/// Where a block's RMSNorms sit around attention and the MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NormPlacement {
+    /// `x + f(norm(x))` (Llama and most).
+    #[default]
+    Pre,
+    /// `x + norm(f(norm(x)))` (Gemma 2 and 3).
+    Sandwich,
+    /// `x + norm(f(x))` (OLMo 2).
+    Post,
+}
+
+/// The gated MLP's activation: `act(gate) * up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    #[default]
+    Silu,
+    /// GELU, tanh approximation (`gelu_pytorch_tanh`: Gemma).
+    GeluTanh,
+}
+
+/// What a family changes in the Llama block. `Default` is Llama.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Features {
+    pub qk_norm: Option<QkNorm>,
+    pub norm_placement: NormPlacement,
+    /// Added to every stored RMSNorm weight on load: Gemma's HF checkpoints store `w` for a
+    /// `(1 + w)` scale (llama.cpp's converter already stores `1 + w`).
+    pub norm_weight_offset: f32,
+    pub activation: Activation,
+    /// Embeddings are multiplied by this (Gemma: √hidden; Granite: `embedding_multiplier`).
+    pub embedding_scale: Option<f32>,
+    /// Each block's attention and MLP outputs are multiplied by this before the residual add
+    /// (Granite's `residual_multiplier`).
+    pub residual_scale: Option<f32>,
+    /// The softmax scale, when not `1/√head_dim` (Gemma's `query_pre_attn_scalar^-½`,
+    /// Granite's `attention_multiplier`).
+    pub attention_scale: Option<f32>,
+    /// Attention scores become `cap · tanh(s / cap)` (Gemma 2).
+    pub attn_logit_softcap: Option<f32>,
+    /// Final logits become `cap · tanh(l / cap)` (Gemma 2).
+    pub final_logit_softcap: Option<f32>,
+    /// Final logits are multiplied by this (Granite: `1 / logits_scaling`).
+    pub logits_scale: Option<f32>,
+    /// Attention limited to the last `W` positions (the query's own included) on the layers
+    /// `sliding_layers` marks.
+    pub sliding_window: Option<usize>,
+    /// Per layer, whether it slides; empty means every layer does (Mistral).
+    pub sliding_layers: Vec<bool>,
+    /// The rotary embedding of sliding layers, when it differs (Gemma 3's local θ).
+    pub local_rope: Option<Rope>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
+    /// The family's registry name (`llama`, `qwen3`, `gemma3`, …).
     pub architecture: String,
+    pub family: Family,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -40,14 +82,15 @@ pub struct ModelConfig {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub rms_norm_eps: f32,
-    pub rope_theta: f64,
-    pub rope_scaling: Option<RopeScaling>,
+    /// The rotary embedding (of full-attention layers, where sliding ones differ).
+    pub rope: Rope,
     pub rope_style: RopeStyle,
     /// Longest context the model was trained for.
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
     /// Q/K/V projections carry a bias (Qwen2).
     pub attention_bias: bool,
+    pub features: Features,
 }
 
 impl ModelConfig {
@@ -80,19 +123,39 @@ impl ModelConfig {
                 self.head_dim
             ));
         }
-        if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
-            return bad(format!("rope_theta {} must be positive", self.rope_theta));
-        }
         if self.rms_norm_eps.is_nan() || self.rms_norm_eps < 0.0 {
             return bad(format!("rms_norm_eps {} must be >= 0", self.rms_norm_eps));
         }
-        if let Some(RopeScaling::FreqFactors(f)) = &self.rope_scaling {
-            if f.len() != self.head_dim / 2 {
+        for rope in std::iter::once(&self.rope).chain(&self.features.local_rope) {
+            rope.validate()?;
+            if rope.rotary_dim > self.head_dim {
                 return bad(format!(
-                    "rope_freqs has {} entries, expected head_dim/2 = {}",
-                    f.len(),
-                    self.head_dim / 2
+                    "rotary dimension {} exceeds head_dim {}",
+                    rope.rotary_dim, self.head_dim
                 ));
+            }
+        }
+        let f = &self.features;
+        if f.sliding_window == Some(0) {
+            return bad("sliding_window is 0".into());
+        }
+        if !f.sliding_layers.is_empty() && f.sliding_layers.len() != self.num_layers {
+            return bad(format!(
+                "{} layer types for {} layers",
+                f.sliding_layers.len(),
+                self.num_layers
+            ));
+        }
+        for (name, v) in [
+            ("embedding scale", f.embedding_scale),
+            ("residual scale", f.residual_scale),
+            ("attention scale", f.attention_scale),
+            ("attention logit soft-cap", f.attn_logit_softcap),
+            ("final logit soft-cap", f.final_logit_softcap),
+            ("logits scale", f.logits_scale),
+        ] {
+            if v.is_some_and(|v| !v.is_finite() || v <= 0.0) {
+                return bad(format!("{name} {v:?} must be a positive number"));
             }
         }
         Ok(())
@@ -106,57 +169,24 @@ impl ModelConfig {
         self.num_kv_heads * self.head_dim
     }
 
-    /// Rotary inverse frequencies (float64), scaling applied.
-    pub fn rope_inv_freq(&self) -> Vec<f64> {
-        let half = self.head_dim / 2;
-        let mut inv: Vec<f64> = (0..half)
-            .map(|i| 1.0 / self.rope_theta.powf(2.0 * i as f64 / self.head_dim as f64))
-            .collect();
-        match &self.rope_scaling {
-            None => {}
-            Some(RopeScaling::Linear { factor }) => inv.iter_mut().for_each(|f| *f /= factor),
-            Some(RopeScaling::FreqFactors(factors)) => {
-                for (f, d) in inv.iter_mut().zip(factors) {
-                    *f /= *d as f64;
-                }
-            }
-            Some(RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings: old_ctx,
-            }) => {
-                let low_wavelen = old_ctx / low_freq_factor;
-                let high_wavelen = old_ctx / high_freq_factor;
-                for f in inv.iter_mut() {
-                    let wavelen = 2.0 * std::f64::consts::PI / *f;
-                    if wavelen > low_wavelen {
-                        *f /= factor;
-                    } else if wavelen >= high_wavelen {
-                        let smooth = (old_ctx / wavelen - low_freq_factor)
-                            / (high_freq_factor - low_freq_factor);
-                        *f = (1.0 - smooth) * *f / factor + smooth * *f;
-                    }
-                }
-            }
-        }
-        inv
+    /// The window layer `layer` attends within, if it slides.
+    pub fn layer_window(&self, layer: usize) -> Option<usize> {
+        let f = &self.features;
+        let slides = f.sliding_layers.get(layer).copied().unwrap_or(true);
+        f.sliding_window.filter(|_| slides)
     }
 
-    /// cos/sin table `[max_len, head_dim]`: the first half of each row holds cos, the second sin,
-    /// one entry per rotated pair. Computed in float64 so long positions stay accurate.
-    pub fn rope_cos_sin(&self, max_len: usize) -> Vec<f32> {
-        let inv = self.rope_inv_freq();
-        let half = inv.len();
-        let mut table = vec![0f32; max_len * 2 * half];
-        for (pos, row) in table.chunks_exact_mut(2 * half).enumerate() {
-            for (i, f) in inv.iter().enumerate() {
-                let angle = pos as f64 * f;
-                row[i] = angle.cos() as f32;
-                row[half + i] = angle.sin() as f32;
-            }
+    /// The rotary embedding of layer `layer`.
+    pub fn layer_rope(&self, layer: usize) -> &Rope {
+        match &self.features.local_rope {
+            Some(local) if self.layer_window(layer).is_some() => local,
+            _ => &self.rope,
         }
-        table
+    }
+
+    /// Whether every layer slides, so blocks that left the window can be freed.
+    pub fn all_layers_slide(&self) -> bool {
+        (0..self.num_layers).all(|l| self.layer_window(l).is_some())
     }
 }
 
@@ -167,6 +197,7 @@ impl ModelConfig {
     pub(crate) fn test_llama(heads: usize, kv_heads: usize, head_dim: usize, ff: usize) -> Self {
         ModelConfig {
             architecture: "llama".into(),
+            family: Family::Llama,
             vocab_size: 64,
             hidden_size: heads * head_dim,
             intermediate_size: ff,
@@ -175,12 +206,16 @@ impl ModelConfig {
             num_kv_heads: kv_heads,
             head_dim,
             rms_norm_eps: 1e-5,
-            rope_theta: 10000.0,
-            rope_scaling: None,
+            rope: Rope {
+                theta: 10000.0,
+                scaling: None,
+                rotary_dim: head_dim,
+            },
             rope_style: RopeStyle::HalfSplit,
             max_position_embeddings: 64,
             tie_word_embeddings: true,
             attention_bias: false,
+            features: Features::default(),
         }
     }
 }
@@ -189,44 +224,30 @@ impl ModelConfig {
 mod tests {
     use super::*;
 
-    pub(crate) fn tiny() -> ModelConfig {
-        ModelConfig {
-            vocab_size: 32,
-            num_layers: 2,
-            ..ModelConfig::test_llama(4, 2, 4, 24)
-        }
-    }
-
     #[test]
     fn validate_rejects_bad_gqa() {
-        let mut c = tiny();
+        let mut c = ModelConfig::test_llama(4, 2, 4, 24);
         c.num_kv_heads = 3;
         assert!(matches!(c.validate(), Err(InferError::Config(m)) if m.contains("multiple")));
     }
 
     #[test]
-    fn llama3_scaling_keeps_high_freqs_and_divides_low_ones() {
-        let mut c = tiny();
-        c.head_dim = 128;
-        c.rope_theta = 500000.0;
-        let plain = c.rope_inv_freq();
-        c.rope_scaling = Some(RopeScaling::Llama3 {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 8192.0,
+    fn sliding_layers_pick_window_and_rope() {
+        let mut c = ModelConfig::test_llama(4, 2, 8, 24);
+        c.num_layers = 3;
+        c.features.sliding_window = Some(4);
+        assert!(c.all_layers_slide());
+        c.features.sliding_layers = vec![true, false, true];
+        c.features.local_rope = Some(Rope {
+            theta: 10.0,
+            scaling: None,
+            rotary_dim: 8,
         });
-        let scaled = c.rope_inv_freq();
-        assert_eq!(plain[0], scaled[0]);
-        let last = plain.len() - 1;
-        assert!((scaled[last] - plain[last] / 8.0).abs() < 1e-18);
-    }
-
-    #[test]
-    fn cos_sin_table_starts_at_identity() {
-        let c = tiny();
-        let t = c.rope_cos_sin(3);
-        assert_eq!(&t[..4], &[1.0, 1.0, 0.0, 0.0]);
-        assert!((t[4] - 1f64.cos() as f32).abs() < 1e-7);
+        c.validate().unwrap();
+        assert_eq!(c.layer_window(0), Some(4));
+        assert_eq!(c.layer_window(1), None);
+        assert_eq!(c.layer_rope(0).theta, 10.0);
+        assert_eq!(c.layer_rope(1).theta, 10000.0);
+        assert!(!c.all_layers_slide());
     }
 }

@@ -66,12 +66,7 @@ impl WeightSource for DummyWeights {
     fn load_raw(&self, w: WeightName) -> Result<HostTensor> {
         let shape = w.expected_shape(&self.config);
         let n: usize = shape.iter().product();
-        let is_norm = matches!(
-            w,
-            WeightName::FinalNorm
-                | WeightName::Layer(_, LayerWeight::AttnNorm | LayerWeight::FfnNorm)
-        );
-        if is_norm {
+        if w.is_norm() {
             return Ok(HostTensor::new(shape, vec![1.0; n]));
         }
         const CHUNK: usize = 1 << 16;

@@ -22,8 +22,13 @@ pub enum InferError {
     Safetensors { path: PathBuf, reason: String },
     #[error("{path}: invalid JSON: {reason}")]
     Json { path: PathBuf, reason: String },
-    #[error("unsupported architecture `{0}` (supported: llama, mistral, qwen2; SmolLM and Llama 2/3 use `llama`)")]
-    UnsupportedArchitecture(String),
+    /// `why` says what kind of model it is, when we know (a mixture of experts, …).
+    #[error("unsupported architecture `{name}`{why} (supported: {supported})")]
+    UnsupportedArchitecture {
+        name: String,
+        why: String,
+        supported: String,
+    },
     #[error("tensor `{name}`: unsupported data type {dtype} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q2_K-Q6_K)")]
     UnsupportedDtype { name: String, dtype: String },
     #[error("tensor `{name}` is missing from {source_name}")]

@@ -15,7 +15,7 @@ use crate::backend::Backend;
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, PrefixHit};
 use crate::error::{InferError, Result};
-use crate::model::LlamaModel;
+use crate::model::Model;
 use crate::sampling::{sample_batch, SamplerRow, SamplingParams};
 use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
 
@@ -57,7 +57,7 @@ impl GenerationOutput {
 
 pub struct Generator<'a, B: Backend> {
     pub backend: &'a B,
-    pub model: &'a LlamaModel<B>,
+    pub model: &'a Model<B>,
     pub tokenizer: &'a Tokenizer,
     pub block_size: usize,
     /// Prompt tokens per prefill step (bounds activation memory for long prompts).
@@ -65,7 +65,7 @@ pub struct Generator<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> Generator<'a, B> {
-    pub fn new(backend: &'a B, model: &'a LlamaModel<B>, tokenizer: &'a Tokenizer) -> Self {
+    pub fn new(backend: &'a B, model: &'a Model<B>, tokenizer: &'a Tokenizer) -> Self {
         Generator {
             backend,
             model,

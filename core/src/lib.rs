@@ -1,5 +1,5 @@
 //! infer's engine core: model loading (GGUF, safetensors, hub), tokenizer and chat templates,
-//! the op-level `Backend` trait, the Llama forward written once against it, the block manager
+//! the op-level `Backend` trait, the decoder forward of every supported family written once against it, the block manager
 //! (paged KV cache with copy-on-write and prefix caching), the continuous-batching scheduler,
 //! the engine (`add_request` / `abort_request` / `step`), and sampling. It knows nothing of
 //! HTTP or GPUs.
@@ -21,6 +21,7 @@ pub mod hub;
 pub mod loader;
 pub mod model;
 pub mod parallel;
+pub mod rope;
 pub mod sampling;
 pub mod scheduler;
 pub mod spec_decode;
@@ -31,9 +32,9 @@ pub use backend::{
     AttentionParams, Backend, DeviceMemory, DeviceTensor, KvCacheSpec, PendingLogits,
 };
 pub use batch::{BatchInput, SequenceChunk};
-pub use config::{ModelConfig, RopeScaling, RopeStyle};
+pub use config::{Activation, Features, ModelConfig, NormPlacement, QkNorm};
 pub use engine::{
-    CompletedRequest, CompletionOutput, Engine, EngineConfig, EngineStats, Executor, LlamaExecutor,
+    CompletedRequest, CompletionOutput, Engine, EngineConfig, EngineStats, Executor, ModelExecutor,
     Prompt, RequestMetrics, RequestOutput, SequenceDelta, StepLogits, StopReason, TokenLogprobs,
     TopLogprob,
 };
@@ -41,8 +42,9 @@ pub use error::{InferError, Result};
 pub use generate::{FinishReason, GenerationOutput, Generator};
 #[cfg(feature = "native")]
 pub use loader::{open_model, ModelFiles};
-pub use model::LlamaModel;
+pub use model::{Family, Model};
 pub use parallel::{ProcessGroup, TensorParallel, TpExecutor};
+pub use rope::{Rope, RopeScaling, RopeStyle};
 pub use sampling::SamplingParams;
 pub use scheduler::{PreemptionMode, SchedulerConfig};
 pub use tokenizer::{template_takes_tools, ChatMessage, Tokenizer};

@@ -8,7 +8,7 @@ use crate::gguf::GgufFile;
 use crate::hf::{parse_config, read_json, SafetensorsWeights};
 use crate::hub::{resolve, ModelLocation};
 use crate::tokenizer::Tokenizer;
-use crate::weights::WeightSource;
+use crate::weights::{ModelWeights, WeightSource};
 
 pub struct ModelFiles {
     pub config: ModelConfig,
@@ -25,9 +25,9 @@ pub fn open_model(spec: &str) -> Result<ModelFiles> {
             let config = gguf.model_config()?;
             let tokenizer = Tokenizer::from_gguf(&gguf)?;
             Ok(ModelFiles {
+                weights: Box::new(ModelWeights::new(gguf, &config)),
                 config,
                 tokenizer,
-                weights: Box::new(gguf),
                 location,
             })
         }
@@ -36,9 +36,9 @@ pub fn open_model(spec: &str) -> Result<ModelFiles> {
             let tokenizer = Tokenizer::from_hf_dir(dir, &hf_eos_ids(dir)?)?;
             let weights = SafetensorsWeights::open(dir)?;
             Ok(ModelFiles {
+                weights: Box::new(ModelWeights::new(weights, &config)),
                 config,
                 tokenizer,
-                weights: Box::new(weights),
                 location,
             })
         }

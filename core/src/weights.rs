@@ -5,9 +5,10 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, QkNorm};
 use crate::error::{InferError, Result};
 use crate::gguf::GgmlType;
+use crate::model::names::{Format, TensorLoc, TensorNames};
 
 /// A dense row-major f32 tensor in host memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +123,7 @@ impl PackedTensor {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayerWeight {
+    /// The norm before attention.
     AttnNorm,
     Q,
     K,
@@ -129,11 +131,19 @@ pub enum LayerWeight {
     QBias,
     KBias,
     VBias,
+    /// RMSNorm weights of the queries and keys (`QkNorm`).
+    QNorm,
+    KNorm,
     O,
+    /// The norm of attention's output (Gemma's sandwich, OLMo 2).
+    PostAttnNorm,
+    /// The norm before the MLP.
     FfnNorm,
     Gate,
     Up,
     Down,
+    /// The norm of the MLP's output.
+    PostFfnNorm,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,24 +158,62 @@ impl WeightName {
     /// The shape the forward expects, row-major, linear weights as `[out, in]`.
     pub fn expected_shape(self, c: &ModelConfig) -> Vec<usize> {
         let (h, q, kv, ff) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
+        let qk_norm = |whole: usize| match c.features.qk_norm {
+            Some(QkNorm::Whole) => vec![whole],
+            _ => vec![c.head_dim],
+        };
         match self {
             WeightName::Embed | WeightName::LmHead => vec![c.vocab_size, h],
             WeightName::FinalNorm => vec![h],
             WeightName::Layer(_, w) => match w {
-                LayerWeight::AttnNorm | LayerWeight::FfnNorm => vec![h],
+                LayerWeight::AttnNorm
+                | LayerWeight::FfnNorm
+                | LayerWeight::PostAttnNorm
+                | LayerWeight::PostFfnNorm => vec![h],
                 LayerWeight::Q => vec![q, h],
                 LayerWeight::K | LayerWeight::V => vec![kv, h],
                 LayerWeight::QBias => vec![q],
                 LayerWeight::KBias | LayerWeight::VBias => vec![kv],
+                LayerWeight::QNorm => qk_norm(q),
+                LayerWeight::KNorm => qk_norm(kv),
                 LayerWeight::O => vec![h, q],
                 LayerWeight::Gate | LayerWeight::Up => vec![ff, h],
                 LayerWeight::Down => vec![h, ff],
             },
         }
     }
+
+    /// An RMSNorm weight (a vector the forward takes as f32, never a matrix).
+    pub fn is_norm(self) -> bool {
+        matches!(
+            self,
+            WeightName::FinalNorm
+                | WeightName::Layer(
+                    _,
+                    LayerWeight::AttnNorm
+                        | LayerWeight::FfnNorm
+                        | LayerWeight::PostAttnNorm
+                        | LayerWeight::PostFfnNorm
+                        | LayerWeight::QNorm
+                        | LayerWeight::KNorm
+                )
+        )
+    }
+
+    /// A vector (norm or bias), uploaded as f32; everything else is a matrix.
+    pub fn is_vector(self) -> bool {
+        self.is_norm()
+            || matches!(
+                self,
+                WeightName::Layer(
+                    _,
+                    LayerWeight::QBias | LayerWeight::KBias | LayerWeight::VBias
+                )
+            )
+    }
 }
 
-/// Where weights come from (a GGUF file, a safetensors directory, random values).
+/// Where weights come from (a model file through its family's names, random values).
 pub trait WeightSource: Send + Sync {
     /// Names the source in error messages (usually a path).
     fn source_name(&self) -> String;
@@ -218,6 +266,110 @@ pub trait WeightSource: Send + Sync {
             });
         }
         Ok(())
+    }
+}
+
+/// A model file's tensors under the file's own names (a GGUF file, safetensors shards).
+pub trait TensorStore: Send + Sync {
+    fn source_name(&self) -> String;
+    fn format(&self) -> Format;
+    fn has(&self, name: &str) -> bool;
+    /// The tensor dequantized to f32, shape as stored (row-major).
+    fn read(&self, name: &str) -> Result<HostTensor>;
+    /// The tensor's blocks as stored, when it is a block-quantized matrix.
+    fn read_packed(&self, _name: &str) -> Result<Option<PackedTensor>> {
+        Ok(None)
+    }
+}
+
+/// A model file read through its family's tensor names: fused projections are cut into
+/// their rows, and stored norm weights get the family's offset.
+pub struct ModelWeights<S> {
+    pub store: S,
+    names: &'static TensorNames,
+    config: ModelConfig,
+}
+
+impl<S: TensorStore> ModelWeights<S> {
+    pub fn new(store: S, config: &ModelConfig) -> Self {
+        ModelWeights {
+            store,
+            names: &config.family.spec().names,
+            config: config.clone(),
+        }
+    }
+
+    fn locate(&self, w: WeightName) -> TensorLoc {
+        self.names.locate(self.store.format(), &self.config, w)
+    }
+
+    fn rows_error(&self, loc: &TensorLoc, shape: &[usize]) -> InferError {
+        InferError::ShapeMismatch {
+            name: loc.name.clone(),
+            expected: vec![
+                loc.rows.as_ref().map_or(0, |r| r.end),
+                shape.get(1).copied().unwrap_or(0),
+            ],
+            actual: shape.to_vec(),
+        }
+    }
+}
+
+impl<S: TensorStore> WeightSource for ModelWeights<S> {
+    fn source_name(&self) -> String {
+        self.store.source_name()
+    }
+
+    fn tensor_name(&self, w: WeightName) -> String {
+        let loc = self.locate(w);
+        match loc.rows {
+            Some(r) => format!("{} (rows {}..{})", loc.name, r.start, r.end),
+            None => loc.name,
+        }
+    }
+
+    fn contains(&self, w: WeightName) -> bool {
+        self.store.has(&self.locate(w).name)
+    }
+
+    fn load_raw(&self, w: WeightName) -> Result<HostTensor> {
+        let loc = self.locate(w);
+        let mut t = self.store.read(&loc.name)?;
+        if let Some(rows) = &loc.rows {
+            let cols = match t.shape.as_slice() {
+                [n, cols] if *n >= rows.end => *cols,
+                _ => return Err(self.rows_error(&loc, &t.shape)),
+            };
+            t = HostTensor::new(
+                vec![rows.len(), cols],
+                t.data[rows.start * cols..rows.end * cols].to_vec(),
+            );
+        }
+        let offset = self.config.features.norm_weight_offset;
+        if offset != 0.0 && w.is_norm() {
+            t.data.iter_mut().for_each(|x| *x += offset);
+        }
+        Ok(t)
+    }
+
+    fn load_packed_raw(&self, w: WeightName) -> Result<Option<PackedTensor>> {
+        let loc = self.locate(w);
+        let Some(p) = self.store.read_packed(&loc.name)? else {
+            return Ok(None);
+        };
+        let Some(rows) = &loc.rows else {
+            return Ok(Some(p));
+        };
+        if p.shape.len() != 2 || p.shape[0] < rows.end {
+            return Err(self.rows_error(&loc, &p.shape));
+        }
+        // Whole rows of a packed matrix are whole blocks: a view of the same bytes.
+        let row_bytes = p.row_bytes();
+        Ok(Some(PackedTensor {
+            shape: vec![rows.len(), p.shape[1]],
+            dtype: p.dtype,
+            data: p.data.slice(rows.start * row_bytes..rows.end * row_bytes),
+        }))
     }
 }
 

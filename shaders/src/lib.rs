@@ -39,7 +39,8 @@ pub const RMS_NORM: Kernel = kernel!("rms_norm", ["main"]);
 pub const MATMUL: Kernel = kernel!("matmul", ["main"]);
 pub const ADD_ASSIGN: Kernel = kernel!("add_assign", ["main"]);
 pub const ADD_BIAS: Kernel = kernel!("add_bias", ["main"]);
-pub const SILU_MUL: Kernel = kernel!("silu_mul", ["main"]);
+pub const GATED_ACT: Kernel = kernel!("gated_act", ["main"]);
+pub const SCALE: Kernel = kernel!("scale", ["main"]);
 pub const ROPE: Kernel = kernel!("rope", ["main"]);
 pub const WRITE_KV: Kernel = kernel!("write_kv", ["main"]);
 pub const PAGED_ATTENTION: Kernel = kernel!("paged_attention", ["main"]);
@@ -67,7 +68,8 @@ pub const ALL: &[Kernel] = &[
     MATMUL,
     ADD_ASSIGN,
     ADD_BIAS,
-    SILU_MUL,
+    GATED_ACT,
+    SCALE,
     ROPE,
     WRITE_KV,
     PAGED_ATTENTION,

@@ -2,7 +2,9 @@
 // partition of PART keys). It reads K/V through the sequence's block table, keeps the
 // partition's scores in workgroup memory and writes the partition's max, sum of exponentials
 // and unnormalized output; `attention_reduce` merges the partitions. A query at position p
-// attends to keys 0..=p (causal), so prefill chunks and decode tokens share the kernel.
+// attends to keys 0..=p (causal), so prefill chunks and decode tokens share the kernel, or to
+// the last `window` of them (sliding-window layers; 0 = no window). Scores are soft-capped to
+// `softcap · tanh(s / softcap)` when `softcap` > 0 (Gemma 2).
 struct Params {
     num_tokens: u32,
     heads: u32,
@@ -12,6 +14,10 @@ struct Params {
     max_blocks: u32,
     num_parts: u32,
     scale: f32,
+    window: u32,
+    softcap: f32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -73,8 +79,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let kvh = head / (p.heads / p.kv_heads);
     let row = p.kv_heads * p.head_dim;
     let out_idx = (t * p.heads + head) * p.num_parts + part;
-    let start = part * PART;
-    let end = min(start + PART, ctx);
+    var first = 0u;
+    if (p.window > 0u && ctx > p.window) {
+        first = ctx - p.window;
+    }
+    let start = max(part * PART, first);
+    let end = min(part * PART + PART, ctx);
     for (var d = lid; d < p.head_dim; d += WG) {
         q_s[d] = q[(t * p.heads + head) * p.head_dim + d];
     }
@@ -88,6 +98,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             s += q_s[d] * k_cache[base + d];
         }
         s *= p.scale;
+        if (p.softcap > 0.0) {
+            s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+        }
         scores[j - start] = s;
         local_max = max(local_max, s);
     }

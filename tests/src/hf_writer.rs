@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use half::{bf16, f16};
-use infer_core::hf::hf_tensor_name;
+use infer_core::model::names::Format;
 use infer_core::weights::{permute_qk_rows, LayerWeight, WeightName};
 use infer_core::{ModelConfig, ModelFiles, RopeStyle};
 use safetensors::tensor::{Dtype, TensorView};
@@ -29,7 +29,7 @@ pub fn config_json(c: &ModelConfig) -> serde_json::Value {
         "num_attention_heads": c.num_heads,
         "num_key_value_heads": c.num_kv_heads,
         "rms_norm_eps": c.rms_norm_eps,
-        "rope_theta": c.rope_theta,
+        "rope_theta": c.rope.theta,
         "max_position_embeddings": c.max_position_embeddings,
         "tie_word_embeddings": c.tie_word_embeddings,
     })
@@ -78,7 +78,8 @@ pub fn write_hf_dir(files: &ModelFiles, dir: &Path, dtype: SaveDtype) {
                 .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
                 .collect(),
         };
-        blobs.push((hf_tensor_name(w), t.shape, bytes));
+        let name = c.family.spec().names.locate(Format::Hf, c, w).name;
+        blobs.push((name, t.shape, bytes));
     }
     let st_dtype = match dtype {
         SaveDtype::F32 => Dtype::F32,

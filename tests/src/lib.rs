@@ -11,7 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 
 use infer_core::{
-    open_model, Backend, BatchInput, Generator, LlamaModel, ModelFiles, SequenceChunk, Tokenizer,
+    open_model, Backend, BatchInput, Generator, Model, ModelFiles, SequenceChunk, Tokenizer,
 };
 use infer_cpu::CpuBackend;
 
@@ -44,7 +44,7 @@ pub fn cpu_backends() -> [CpuBackend; 2] {
 
 pub struct Loaded {
     pub files: ModelFiles,
-    pub model: LlamaModel<CpuBackend>,
+    pub model: Model<CpuBackend>,
     pub backend: CpuBackend,
 }
 
@@ -55,7 +55,7 @@ pub fn load_cpu(spec: &str) -> Loaded {
 
 pub fn load_cpu_with(spec: &str, backend: CpuBackend) -> Loaded {
     let files = open_model(spec).unwrap_or_else(|e| panic!("opening {spec}: {e}"));
-    let model = LlamaModel::load(
+    let model = Model::load(
         &backend,
         &files.config,
         files.weights.as_ref(),
@@ -106,14 +106,14 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// SmolLM2 on the packed CPU backend, shareable by engines, with its tokenizer.
-pub fn smollm2_shared() -> (Arc<LlamaModel<CpuBackend>>, Arc<Tokenizer>) {
+pub fn smollm2_shared() -> (Arc<Model<CpuBackend>>, Arc<Tokenizer>) {
     shared_model(&smollm2_path())
 }
 
 /// A model on the packed CPU backend, shareable by engines, with its tokenizer.
-pub fn shared_model(spec: &str) -> (Arc<LlamaModel<CpuBackend>>, Arc<Tokenizer>) {
+pub fn shared_model(spec: &str) -> (Arc<Model<CpuBackend>>, Arc<Tokenizer>) {
     let files = open_model(spec).unwrap_or_else(|e| panic!("opening {spec}: {e}"));
-    let model = LlamaModel::load(
+    let model = Model::load(
         &CpuBackend::new(),
         &files.config,
         files.weights.as_ref(),

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use infer_core::{
-    Engine, EngineConfig, LlamaExecutor, LlamaModel, PreemptionMode, Prompt, SamplingParams,
+    Engine, EngineConfig, Model, ModelExecutor, PreemptionMode, Prompt, SamplingParams,
     SchedulerConfig, Tokenizer,
 };
 use infer_cpu::CpuBackend;
 
 struct Smol {
-    model: Arc<LlamaModel<CpuBackend>>,
+    model: Arc<Model<CpuBackend>>,
     tokenizer: Arc<Tokenizer>,
 }
 
@@ -26,8 +26,8 @@ fn engine(
     host: usize,
     mode: PreemptionMode,
     prefix: bool,
-) -> Engine<LlamaExecutor<CpuBackend>> {
-    let exec = LlamaExecutor::new(CpuBackend::new(), s.model.clone(), 16, blocks, host).unwrap();
+) -> Engine<ModelExecutor<CpuBackend>> {
+    let exec = ModelExecutor::new(CpuBackend::new(), s.model.clone(), 16, blocks, host).unwrap();
     let config = EngineConfig {
         block_size: 16,
         num_device_blocks: blocks,

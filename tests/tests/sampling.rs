@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use infer_core::tokenizer::IncrementalDetokenizer;
 use infer_core::{
-    CompletionOutput, Engine, EngineConfig, FinishReason, LlamaExecutor, LlamaModel,
-    PreemptionMode, SamplingParams, SchedulerConfig, StopReason, Tokenizer,
+    CompletionOutput, Engine, EngineConfig, FinishReason, Model, ModelExecutor, PreemptionMode,
+    SamplingParams, SchedulerConfig, StopReason, Tokenizer,
 };
 use infer_cpu::CpuBackend;
 use infer_tests::{fixtures_dir, load_cpu, smollm2_path, Loaded};
@@ -16,7 +16,7 @@ use serde::Deserialize;
 /// The model twice: once behind an `Arc` for engines, once (`Loaded`) for plain forwards.
 struct Smol {
     loaded: Loaded,
-    model: Arc<LlamaModel<CpuBackend>>,
+    model: Arc<Model<CpuBackend>>,
     tokenizer: Arc<Tokenizer>,
 }
 
@@ -29,9 +29,9 @@ fn smol() -> Smol {
     }
 }
 
-fn engine(s: &Smol) -> Engine<LlamaExecutor<CpuBackend>> {
+fn engine(s: &Smol) -> Engine<ModelExecutor<CpuBackend>> {
     let model = s.model.clone();
-    let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 64, 0).unwrap();
+    let exec = ModelExecutor::new(CpuBackend::new(), model, 16, 64, 0).unwrap();
     let config = EngineConfig {
         block_size: 16,
         num_device_blocks: 64,
@@ -49,7 +49,7 @@ fn engine(s: &Smol) -> Engine<LlamaExecutor<CpuBackend>> {
 
 /// Runs one request, returning its streamed text and its outputs.
 fn run(
-    e: &mut Engine<LlamaExecutor<CpuBackend>>,
+    e: &mut Engine<ModelExecutor<CpuBackend>>,
     prompt: Vec<u32>,
     p: SamplingParams,
 ) -> (Vec<String>, infer_core::RequestOutput) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use infer_core::engine::testing::FixedLogitsExecutor;
 use infer_core::sampling::StructuredOutput;
 use infer_core::{
-    Engine, EngineConfig, FinishReason, InferError, LlamaExecutor, PreemptionMode, Prompt,
+    Engine, EngineConfig, FinishReason, InferError, ModelExecutor, PreemptionMode, Prompt,
     SamplingParams, SchedulerConfig, Tokenizer,
 };
 use infer_cpu::CpuBackend;
@@ -163,7 +163,7 @@ fn sampled_outputs_always_satisfy_the_constraint() {
 #[test]
 fn the_real_model_answers_greedily_within_the_constraint() {
     let (model, tok) = infer_tests::smollm2_shared();
-    let exec = LlamaExecutor::new(CpuBackend::new(), model.clone(), 16, 256, 0).unwrap();
+    let exec = ModelExecutor::new(CpuBackend::new(), model.clone(), 16, 256, 0).unwrap();
     let mut cfg = config(model.max_model_len());
     cfg.num_device_blocks = 256;
     let mut engine = Engine::new(exec, Some(tok.clone()), cfg).unwrap();

@@ -30,8 +30,9 @@ pub fn seq_of_token(batch: &BatchInput) -> Vec<usize> {
     seq_of
 }
 
-/// Causal attention for every (token, head). `q` is `[num_tokens, heads * head_dim]`;
-/// `seq_of` is `seq_of_token(batch)`.
+/// Causal attention for every (token, head), within `p.window` where it is set, scores
+/// soft-capped where `p.softcap` is. `q` is `[num_tokens, heads * head_dim]`; `seq_of` is
+/// `seq_of_token(batch)`.
 pub fn paged_attention(
     q: &[f32],
     k_cache: &[f32],
@@ -64,9 +65,10 @@ pub fn paged_attention(
                 kv_off: g * hd,
                 // This token sees the cache up to itself: later tokens of its run are masked.
                 visible: batch.context_lens[s] as usize - (q_end - 1 - t),
+                window: p.window.unwrap_or(usize::MAX),
             };
             let qs = &q[t * heads * hd + g * group * hd..][..group * hd];
-            decode::attend(qs, &keys, hd, p.scale, scores, o);
+            decode::attend(qs, &keys, hd, p.scale, p.softcap, scores, o);
         });
 
     // Long query runs: one task per (sequence, kv head, tile of queries) computes the tile for
@@ -137,13 +139,17 @@ fn prefill_tile(
     // Query r of the run sits at position ctx - q_len + r and sees keys 0..=that: the tile's
     // last row sees `keys`, no row more.
     let past = batch.context_lens[s] as usize - q_len;
-    let keys = past + r0 + rows;
+    let window = p.window.unwrap_or(usize::MAX);
+    // Keys k0..end: the tile's first row sees back to k0 (its window), its last row up to end.
+    let k0 = (past + r0 + 1).saturating_sub(window);
+    let keys = past + r0 + rows - k0;
     let table = batch.block_table(s);
     // K as [keys, hd] and V transposed as [hd, keys], gathered through the block table.
     let mut k = vec![0f32; keys * hd];
     let mut vt = vec![0f32; hd * keys];
     for j in 0..keys {
-        let at = (table[j / bs] as usize * bs + j % bs) * kv_dim + g * hd;
+        let pos = k0 + j;
+        let at = (table[pos / bs] as usize * bs + pos % bs) * kv_dim + g * hd;
         k[j * hd..(j + 1) * hd].copy_from_slice(&k_cache[at..at + hd]);
         for (d, &x) in v_cache[at..at + hd].iter().enumerate() {
             vt[d * keys + j] = x;
@@ -160,18 +166,12 @@ fn prefill_tile(
         }
         gemm_into(&qh, &k, rows, hd, keys, &mut scores, false);
         for (r, row) in scores.chunks_exact_mut(keys).enumerate() {
-            let visible = past + r0 + r + 1;
-            let max = row[..visible]
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &x| m.max(x * p.scale));
-            let mut total = 0f32;
-            for x in row[..visible].iter_mut() {
-                *x = (*x * p.scale - max).exp();
-                total += *x;
-            }
-            let inv = 1.0 / total;
-            row[..visible].iter_mut().for_each(|x| *x *= inv);
-            row[visible..].iter_mut().for_each(|x| *x = 0.0);
+            // Row r sits at position past + r0 + r and sees keys [lo, hi) of the gathered.
+            let hi = past + r0 + r + 1 - k0;
+            let lo = (past + r0 + r + 1).saturating_sub(window) - k0;
+            row[..lo].iter_mut().for_each(|x| *x = 0.0);
+            row[hi..].iter_mut().for_each(|x| *x = 0.0);
+            decode::softmax_scaled(&mut row[lo..hi], p.scale, p.softcap);
         }
         gemm_into(
             &scores,
@@ -215,6 +215,8 @@ mod tests {
             kv_heads in 1usize..4,
             group in 1usize..4,
             head_dim in 1usize..9,
+            window in prop::option::of(1usize..12),
+            softcap in prop::option::of(0.3f32..3.0),
             seed in 1u64..u64::MAX,
         ) {
             let heads = kv_heads * group;
@@ -256,25 +258,29 @@ mod tests {
                 dense_v.push(v);
             }
             let q = rand_vec(batch.num_tokens() * heads * head_dim, &mut s);
-            let p = AttentionParams { num_heads: heads, num_kv_heads: kv_heads, head_dim, scale: 0.7 };
+            let p = AttentionParams { num_heads: heads, num_kv_heads: kv_heads, head_dim, scale: 0.7, window, softcap };
             let out = paged_attention(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p);
 
             let mut t = 0;
             for (i, (done, new)) in seqs.iter().enumerate() {
                 for j in 0..*new {
-                    let pos = done + j; // sees keys 0..=pos
+                    let pos = done + j; // sees keys lo..=pos
+                    let lo = (pos + 1).saturating_sub(window.unwrap_or(usize::MAX));
                     for h in 0..heads {
                         let qv = &q[(t * heads + h) * head_dim..][..head_dim];
                         let kh = h / group;
                         let row = |m: &Vec<f32>, p: usize| m[p * kv_dim + kh * head_dim..][..head_dim].to_vec();
-                        let scores: Vec<f64> = (0..=pos)
-                            .map(|kp| row(&dense_k[i], kp).iter().zip(qv).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * 0.7)
+                        let scores: Vec<f64> = (lo..=pos)
+                            .map(|kp| {
+                                let s = row(&dense_k[i], kp).iter().zip(qv).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * 0.7;
+                                softcap.map_or(s, |c| c as f64 * (s / c as f64).tanh())
+                            })
                             .collect();
                         let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                         let w: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
                         let total: f64 = w.iter().sum();
                         for d in 0..head_dim {
-                            let want: f64 = (0..=pos).map(|kp| w[kp] / total * row(&dense_v[i], kp)[d] as f64).sum();
+                            let want: f64 = (lo..=pos).map(|kp| w[kp - lo] / total * row(&dense_v[i], kp)[d] as f64).sum();
                             let got = out[(t * heads + h) * head_dim + d] as f64;
                             prop_assert!((got - want).abs() < 1e-5, "seq {} token {} head {} dim {}: {} vs {}", i, j, h, d, got, want);
                         }

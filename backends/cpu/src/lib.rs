@@ -233,7 +233,8 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuTensor, eps: f32) -> Result<CpuTensor> {
         let (_, d) = x.rows_cols();
-        if w.shape.iter().product::<usize>() != d {
+        let n = w.shape.iter().product::<usize>();
+        if n == 0 || !d.is_multiple_of(n) {
             return Err(shape_err(
                 "rms_norm",
                 format!("x {:?} weight {:?}", x.shape, w.shape),
@@ -305,6 +306,29 @@ impl Backend for CpuBackend {
         ))
     }
 
+    fn gelu_tanh_mul(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
+        if gate.shape != up.shape {
+            return Err(shape_err(
+                "gelu_tanh_mul",
+                format!("{:?} vs {:?}", gate.shape, up.shape),
+            ));
+        }
+        Ok(CpuTensor::new(
+            gate.shape.clone(),
+            ops::gelu_tanh_mul(gate.f32("gelu_tanh_mul")?, up.f32("gelu_tanh_mul")?),
+        ))
+    }
+
+    fn scale(&self, x: &mut CpuTensor, s: f32) -> Result<()> {
+        ops::scale(x.f32_mut("scale")?, s);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut CpuTensor, cap: f32) -> Result<()> {
+        ops::softcap(x.f32_mut("softcap")?, cap);
+        Ok(())
+    }
+
     fn rope(
         &self,
         x: &mut CpuTensor,
@@ -314,10 +338,12 @@ impl Backend for CpuBackend {
         style: RopeStyle,
     ) -> Result<()> {
         let (rows, cols) = x.rows_cols();
-        let max_pos = cos_sin.rows_cols().0;
+        let (max_pos, rotary_dim) = cos_sin.rows_cols();
         if rows != batch.input.num_tokens()
+            || head_dim == 0
             || !cols.is_multiple_of(head_dim)
-            || cos_sin.rows_cols().1 != head_dim
+            || rotary_dim > head_dim
+            || !rotary_dim.is_multiple_of(2)
         {
             return Err(shape_err(
                 "rope",
@@ -345,6 +371,7 @@ impl Backend for CpuBackend {
             &batch.input.positions,
             table,
             head_dim,
+            rotary_dim,
             style,
         );
         Ok(())

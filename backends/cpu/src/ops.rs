@@ -34,6 +34,26 @@ pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// GELU, tanh approximation, times `up` (as PyTorch's `gelu(approximate="tanh")`).
+pub fn gelu_tanh_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    gate.par_iter()
+        .zip(up.par_iter())
+        .with_min_len(4096)
+        .map(|(&g, &u)| 0.5 * g * (1.0 + (SQRT_2_OVER_PI * (g + 0.044715 * g * g * g)).tanh()) * u)
+        .collect()
+}
+
+pub fn scale(x: &mut [f32], s: f32) {
+    x.par_iter_mut().with_min_len(4096).for_each(|a| *a *= s);
+}
+
+pub fn softcap(x: &mut [f32], cap: f32) {
+    x.par_iter_mut()
+        .with_min_len(4096)
+        .for_each(|a| *a = cap * (*a / cap).tanh());
+}
+
 pub fn add_assign(x: &mut [f32], y: &[f32]) {
     x.par_iter_mut()
         .zip(y.par_iter())
@@ -49,14 +69,22 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
     });
 }
 
-/// Rotates every head of every token row in place. `cos_sin` rows are `[cos.., sin..]`.
-pub fn rope(x: &mut [f32], positions: &[u32], cos_sin: &[f32], head_dim: usize, style: RopeStyle) {
+/// Rotates the first `rotary_dim` dimensions of every head of every token row in place.
+/// `cos_sin` rows are `[cos.., sin..]`, `rotary_dim` wide.
+pub fn rope(
+    x: &mut [f32],
+    positions: &[u32],
+    cos_sin: &[f32],
+    head_dim: usize,
+    rotary_dim: usize,
+    style: RopeStyle,
+) {
     let row_len = x.len() / positions.len().max(1);
-    let half = head_dim / 2;
+    let half = rotary_dim / 2;
     x.par_chunks_mut(row_len)
         .zip(positions.par_iter())
         .for_each(|(row, &pos)| {
-            let table = &cos_sin[pos as usize * head_dim..(pos as usize + 1) * head_dim];
+            let table = &cos_sin[pos as usize * rotary_dim..(pos as usize + 1) * rotary_dim];
             let (cos, sin) = table.split_at(half);
             for head in row.chunks_exact_mut(head_dim) {
                 for i in 0..half {
@@ -97,11 +125,36 @@ mod tests {
         // one head of dim 4, position 1, angle 90° for pair 0 and 0° for pair 1
         let cos_sin = [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0];
         let mut adj = [1.0, 2.0, 3.0, 4.0];
-        rope(&mut adj, &[1], &cos_sin, 4, RopeStyle::AdjacentPairs);
+        rope(&mut adj, &[1], &cos_sin, 4, 4, RopeStyle::AdjacentPairs);
         assert_eq!(adj, [-2.0, 1.0, 3.0, 4.0]);
         let mut half = [1.0, 2.0, 3.0, 4.0];
-        rope(&mut half, &[1], &cos_sin, 4, RopeStyle::HalfSplit);
+        rope(&mut half, &[1], &cos_sin, 4, 4, RopeStyle::HalfSplit);
         assert_eq!(half, [-3.0, 2.0, 1.0, 4.0]);
+    }
+
+    #[test]
+    fn partial_rope_leaves_the_tail_of_each_head() {
+        // two heads of dim 4, rotary dim 2 (one pair, 90°)
+        let cos_sin = [1.0, 0.0, 0.0, 1.0];
+        let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        rope(&mut x, &[1], &cos_sin, 4, 2, RopeStyle::HalfSplit);
+        assert_eq!(x, [-2.0, 1.0, 3.0, 4.0, -6.0, 5.0, 7.0, 8.0]);
+    }
+
+    #[test]
+    fn gelu_tanh_matches_known_values() {
+        let out = gelu_tanh_mul(&[0.0, 1.0, -2.0], &[1.0, 1.0, 2.0]);
+        assert_eq!(out[0], 0.0);
+        assert!((out[1] - 0.841_192).abs() < 1e-5, "{}", out[1]);
+        assert!((out[2] - 2.0 * -0.045_402_3).abs() < 1e-5, "{}", out[2]);
+    }
+
+    #[test]
+    fn softcap_bounds_values() {
+        let mut x = [100.0, -100.0, 0.5];
+        softcap(&mut x, 30.0);
+        assert!(x[0] < 30.0 && x[0] > 29.9 && x[1] > -30.0);
+        assert!((x[2] - 30.0 * (0.5f32 / 30.0).tanh()).abs() < 1e-7);
     }
 
     #[test]

@@ -18,6 +18,26 @@ extern "C" __global__ void silu_mul(const float* gate, const float* up, float* o
     }
 }
 
+// GELU (tanh approximation) of gate, times up (GeGLU: Gemma).
+extern "C" __global__ void gelu_tanh_mul(const float* gate, const float* up, float* out, u32 n) {
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + tanhf(0.7978846f * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+// x *= s (embedding, residual and logit multipliers).
+extern "C" __global__ void scale(float* x, float s, u32 n) {
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+// x = cap * tanh(x / cap) (final logit soft-capping).
+extern "C" __global__ void softcap(float* x, float cap, u32 n) {
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 // Activations to f16 for the tensor-core GEMM.
 extern "C" __global__ void cast_f32_f16(const float* x, f16* out, u32 n) {
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)

@@ -2,7 +2,8 @@
 // keys and values are read through the sequence's block table from the f16 cache. Causal: the
 // query at position p sees keys 0..=p, so prefill chunks and decode tokens share the kernel.
 // Each partition writes its unnormalized output with its max and exp-sum; `attention_reduce`
-// combines the partitions.
+// combines the partitions. `window` > 0 limits a query to its last `window` keys (sliding
+// layers); `softcap` > 0 caps scores to softcap * tanh(s / softcap) (Gemma 2).
 #define PARTITION 512
 #define MAX_HEAD_DIM 256
 
@@ -14,6 +15,7 @@ extern "C" __global__ void paged_attention(
     const u32* positions,      // [tokens]
     const u32* block_tables,   // [seqs, max_blocks]
     u32 max_blocks, u32 block_size, u32 heads, u32 kv_heads, u32 head_dim, float scale,
+    u32 window, float softcap,
     float* part_out,           // [tokens, heads, parts, head_dim]
     float* part_max,           // [tokens, heads, parts]
     float* part_sum) {
@@ -22,8 +24,9 @@ extern "C" __global__ void paged_attention(
     u32 h = blockIdx.x, t = blockIdx.y, p = blockIdx.z, parts = gridDim.z;
     size_t part = ((size_t)t * heads + h) * parts + p;
     u32 ctx = positions[t] + 1;
-    u32 start = p * PARTITION;
-    if (start >= ctx) {
+    u32 first = (window > 0 && ctx > window) ? ctx - window : 0;
+    u32 start = max(p * PARTITION, first);
+    if (start >= ctx || start >= p * PARTITION + PARTITION) {
         for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) part_out[part * head_dim + d] = 0.0f;
         if (threadIdx.x == 0) {
             part_max[part] = -INFINITY;
@@ -31,7 +34,7 @@ extern "C" __global__ void paged_attention(
         }
         return;
     }
-    u32 end = min(ctx, start + PARTITION);
+    u32 end = min(ctx, p * PARTITION + PARTITION);
     u32 n = end - start;
     const float* qrow = q + ((size_t)t * heads + h) * head_dim;
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) qs[d] = qrow[d] * scale;
@@ -48,6 +51,7 @@ extern "C" __global__ void paged_attention(
         float s = 0.0f;
         for (u32 d = lane; d < head_dim; d += 32) s += qs[d] * f16_to_f32(k[d]);
         s = warp_sum(s);
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
         if (lane == 0) scores[j - start] = s;
     }
     __syncthreads();

@@ -74,6 +74,9 @@ pub fn paged_attention(
         a(p.num_kv_heads)?,
         a(p.head_dim)?,
     );
+    // 0: no window, no soft-cap.
+    let window = a(p.window.unwrap_or(0))?;
+    let softcap = p.softcap.unwrap_or(0.0);
     let s = &be.dev.stream;
     let mut b = s.launch_builder(be.dev.function("paged_attention")?);
     b.arg(q.f32("paged_attention")?).arg(kc).arg(vc);
@@ -81,6 +84,7 @@ pub fn paged_attention(
         .arg(&batch.positions)
         .arg(&batch.block_tables);
     b.arg(&mb).arg(&bs).arg(&h).arg(&kvh).arg(&hd).arg(&p.scale);
+    b.arg(&window).arg(&softcap);
     b.arg(&mut part_out).arg(&mut part_max).arg(&mut part_sum);
     let cfg = LaunchConfig {
         grid_dim: (h, a(n)?, a(parts)?),

@@ -23,6 +23,45 @@ fn same_len(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> CudaResult<()> 
     }
     Ok(())
 }
+impl CudaBackend {
+    /// `act(gate) * up` with the element-wise kernel `kernel` (`silu_mul`, `gelu_tanh_mul`).
+    fn gated_act(
+        &self,
+        kernel: &'static str,
+        gate: &CudaTensor,
+        up: &CudaTensor,
+    ) -> Result<CudaTensor> {
+        same_len(kernel, gate, up)?;
+        let len = gate.len();
+        // Every element is written by the kernel below.
+        let mut out = self.output_f32(len)?;
+        let n = u32_arg(kernel, len)?;
+        let mut b = self.dev.stream.launch_builder(self.dev.function(kernel)?);
+        b.arg(gate.f32(kernel)?)
+            .arg(up.f32(kernel)?)
+            .arg(&mut out)
+            .arg(&n);
+        // SAFETY: silu_mul / gelu_tanh_mul(const float*, const float*, float*, u32) over n
+        // elements of each.
+        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: gate.shape.clone(),
+        })
+    }
+
+    /// `x = f(x, value)` in place with the element-wise kernel `kernel` (`scale`, `softcap`).
+    fn scale_in_place(&self, kernel: &'static str, x: &mut CudaTensor, value: f32) -> Result<()> {
+        let len = x.len();
+        let n = u32_arg(kernel, len)?;
+        let mut b = self.dev.stream.launch_builder(self.dev.function(kernel)?);
+        b.arg(x.f32_mut(kernel)?).arg(&value).arg(&n);
+        // SAFETY: scale / softcap(float*, float, u32) over x's n elements.
+        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
+        Ok(())
+    }
+}
+
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
     type Batch = CudaBatch;
@@ -200,15 +239,18 @@ impl Backend for CudaBackend {
 
     fn rms_norm(&self, x: &CudaTensor, weight: &CudaTensor, eps: f32) -> Result<CudaTensor> {
         let (rows, cols) = x.rows_cols();
-        if weight.len() != cols {
+        let n = weight.len();
+        if n == 0 || !cols.is_multiple_of(n) {
             return Err(op_err(
                 "rms_norm",
                 format!("x {:?}, weight {:?}", x.shape, weight.shape),
             )
             .into());
         }
-        // Every element is written by the kernel below.
+        // Every element is written by the kernel below. Each run of the weight's length is a
+        // row of the kernel (a head, for q/k norms).
         let mut out = self.output_f32(rows * cols)?;
+        let (rows, cols) = (rows * cols / n, n);
         let c = u32_arg("rms_norm", cols)?;
         let mut b = self
             .dev
@@ -273,25 +315,19 @@ impl Backend for CudaBackend {
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
-        same_len("silu_mul", gate, up)?;
-        let len = gate.len();
-        // Every element is written by the kernel below.
-        let mut out = self.output_f32(len)?;
-        let n = u32_arg("silu_mul", len)?;
-        let mut b = self
-            .dev
-            .stream
-            .launch_builder(self.dev.function("silu_mul")?);
-        b.arg(gate.f32("silu_mul")?)
-            .arg(up.f32("silu_mul")?)
-            .arg(&mut out)
-            .arg(&n);
-        // SAFETY: silu_mul(const float*, const float*, float*, u32) over n elements of each.
-        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
-        Ok(CudaTensor {
-            storage: Storage::F32(out),
-            shape: gate.shape.clone(),
-        })
+        self.gated_act("silu_mul", gate, up)
+    }
+
+    fn gelu_tanh_mul(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
+        self.gated_act("gelu_tanh_mul", gate, up)
+    }
+
+    fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<()> {
+        self.scale_in_place("scale", x, s)
+    }
+
+    fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
+        self.scale_in_place("softcap", x, cap)
     }
 
     fn rope(
@@ -304,11 +340,12 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let (rows, cols) = x.rows_cols();
         let max_pos = batch.max_context;
-        let (table_rows, table_cols) = cos_sin.rows_cols();
+        let (table_rows, rotary_dim) = cos_sin.rows_cols();
         if rows != batch.input.num_tokens()
             || head_dim == 0
             || !cols.is_multiple_of(head_dim)
-            || table_cols != head_dim
+            || rotary_dim > head_dim
+            || !rotary_dim.is_multiple_of(2)
             || table_rows < max_pos
         {
             return Err(op_err(
@@ -322,6 +359,7 @@ impl Backend for CudaBackend {
         }
         let heads = u32_arg("rope", cols / head_dim)?;
         let hd = u32_arg("rope", head_dim)?;
+        let rot = u32_arg("rope", rotary_dim)?;
         let style = match style {
             RopeStyle::AdjacentPairs => 0u32,
             RopeStyle::HalfSplit => 1u32,
@@ -330,9 +368,9 @@ impl Backend for CudaBackend {
         b.arg(x.f32_mut("rope")?)
             .arg(&batch.positions)
             .arg(cos_sin.f32("rope")?);
-        b.arg(&heads).arg(&hd).arg(&style);
-        // SAFETY: rope(float*, const u32*, const float*, u32, u32, u32): one block per token,
-        // positions checked against the table's rows.
+        b.arg(&heads).arg(&hd).arg(&rot).arg(&style);
+        // SAFETY: rope(float*, const u32*, const float*, u32, u32, u32, u32): one block per
+        // token, positions checked against the table's rows, rotary_dim ≤ head_dim.
         unsafe { launch_rows(&mut b, rows, 128) }?;
         Ok(())
     }

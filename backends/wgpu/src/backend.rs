@@ -93,6 +93,25 @@ impl WgpuBackend {
     ) -> Result<WgpuTensor> {
         Ok(WgpuTensor::activation(r.map_err(gpu_err)?, shape))
     }
+
+    /// `act(gate) * up` (SiLU, or GELU-tanh).
+    fn gated_act(&self, gate: &WgpuTensor, up: &WgpuTensor, gelu_tanh: bool) -> Result<WgpuTensor> {
+        let op = if gelu_tanh {
+            "gelu_tanh_mul"
+        } else {
+            "silu_mul"
+        };
+        if gate.shape() != up.shape() {
+            return Err(op_err(
+                op,
+                format!("{:?} vs {:?}", gate.shape(), up.shape()),
+            ));
+        }
+        let out = self
+            .ctx
+            .gated_act(gate.buf(op)?, up.buf(op)?, gate.len(), gelu_tanh);
+        self.out(out, gate.shape().to_vec())
+    }
 }
 
 impl Backend for WgpuBackend {
@@ -239,15 +258,21 @@ impl Backend for WgpuBackend {
 
     fn rms_norm(&self, x: &WgpuTensor, weight: &WgpuTensor, eps: f32) -> Result<WgpuTensor> {
         let (rows, cols) = x.rows_cols();
-        if weight.len() != cols {
+        let n = weight.len();
+        if n == 0 || !cols.is_multiple_of(n) {
             return Err(op_err(
                 "rms_norm",
                 format!("x {:?}, weight {:?}", x.shape(), weight.shape()),
             ));
         }
-        let out = self
-            .ctx
-            .rms_norm(x.buf("rms_norm")?, weight.buf("rms_norm")?, rows, cols, eps);
+        // Each run of the weight's length is a row of the kernel (a head, for q/k norms).
+        let out = self.ctx.rms_norm(
+            x.buf("rms_norm")?,
+            weight.buf("rms_norm")?,
+            rows * cols / n,
+            n,
+            eps,
+        );
         self.out(out, x.shape().to_vec())
     }
 
@@ -290,16 +315,23 @@ impl Backend for WgpuBackend {
     }
 
     fn silu_mul(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
-        if gate.shape() != up.shape() {
-            return Err(op_err(
-                "silu_mul",
-                format!("{:?} vs {:?}", gate.shape(), up.shape()),
-            ));
-        }
-        let out = self
-            .ctx
-            .silu_mul(gate.buf("silu_mul")?, up.buf("silu_mul")?, gate.len());
-        self.out(out, gate.shape().to_vec())
+        self.gated_act(gate, up, false)
+    }
+
+    fn gelu_tanh_mul(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
+        self.gated_act(gate, up, true)
+    }
+
+    fn scale(&self, x: &mut WgpuTensor, s: f32) -> Result<()> {
+        self.ctx
+            .scale(x.buf("scale")?, x.len(), s, false)
+            .map_err(gpu_err)
+    }
+
+    fn softcap(&self, x: &mut WgpuTensor, cap: f32) -> Result<()> {
+        self.ctx
+            .scale(x.buf("softcap")?, x.len(), cap, true)
+            .map_err(gpu_err)
     }
 
     fn rope(
@@ -311,12 +343,13 @@ impl Backend for WgpuBackend {
         style: RopeStyle,
     ) -> Result<()> {
         let (rows, cols) = x.rows_cols();
-        let max_pos = cos_sin.rows_cols().0;
+        let (max_pos, rotary_dim) = cos_sin.rows_cols();
         let n = batch.input.num_tokens();
         if rows != n
             || head_dim == 0
             || !cols.is_multiple_of(head_dim)
-            || cos_sin.rows_cols().1 != head_dim
+            || rotary_dim > head_dim
+            || !rotary_dim.is_multiple_of(2)
         {
             return Err(op_err(
                 "rope",
@@ -343,6 +376,7 @@ impl Backend for WgpuBackend {
                 n,
                 cols / head_dim,
                 head_dim,
+                rotary_dim,
                 adjacent,
             )
             .map_err(gpu_err)
@@ -425,6 +459,8 @@ impl Backend for WgpuBackend {
             max_blocks: batch.input.max_blocks_per_seq,
             max_context: batch.input.context_lens.iter().copied().max().unwrap_or(0) as usize,
             scale: p.scale,
+            window: p.window,
+            softcap: p.softcap,
         };
         let out = self.ctx.paged_attention(
             q.buf("paged_attention")?,

@@ -214,7 +214,7 @@ impl<'a> KernelBench<'a> {
             shape: format!("{prefill}x{mlp}"),
             flops: 6.0 * len as f64,
             bytes: 12.0 * len as f64,
-            run: Box::new(move || ctx.silu_mul(x, y, len).map(drop)),
+            run: Box::new(move || ctx.gated_act(x, y, len, false).map(drop)),
         });
         cases.push(Case {
             kernel: "add_assign",
@@ -259,7 +259,7 @@ impl KernelBench<'_> {
             shape: format!("{prefill} tokens x {heads} heads x {hd}"),
             flops: 3.0 * q_len as f64,
             bytes: 8.0 * q_len as f64 + 4.0 * (prefill * hd) as f64,
-            run: Box::new(move || ctx.rope(&q, &positions, &cos_sin, prefill, heads, hd, true)),
+            run: Box::new(move || ctx.rope(&q, &positions, &cos_sin, prefill, heads, hd, hd, true)),
         });
 
         // 16 sequences with 512 cached tokens each (decode), then one 128-token chunk after
@@ -310,6 +310,8 @@ impl KernelBench<'_> {
             max_blocks: blocks_per_seq,
             max_context,
             scale: 0.125,
+            window: None,
+            softcap: None,
         };
         let attention_flops =
             move |tokens: usize, keys: f64| 4.0 * tokens as f64 * heads as f64 * keys * hd as f64;

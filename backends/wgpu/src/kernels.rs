@@ -28,6 +28,11 @@ struct AttentionParams {
     max_blocks: u32,
     num_parts: u32,
     scale: f32,
+    /// 0: no window.
+    window: u32,
+    /// 0: no soft-cap.
+    softcap: f32,
+    _pad: [u32; 2],
 }
 
 /// How a weight matrix is stored.
@@ -218,16 +223,30 @@ impl GpuContext {
         self.dispatch(&shaders::ADD_BIAS, "main", &[x, bias], &p, grid)
     }
 
-    /// `silu(gate) * up`.
-    pub fn silu_mul(&self, gate: &GpuBuffer, up: &GpuBuffer, len: usize) -> GpuResult<GpuBuffer> {
+    /// `act(gate) * up`: SiLU, or GELU-tanh when `gelu_tanh`.
+    pub fn gated_act(
+        &self,
+        gate: &GpuBuffer,
+        up: &GpuBuffer,
+        len: usize,
+        gelu_tanh: bool,
+    ) -> GpuResult<GpuBuffer> {
         let out = self.output(len)?;
         let (grid, stride) = Self::grid_1d(len);
-        let p = Params4([u(len), stride, 0, 0]);
-        self.dispatch(&shaders::SILU_MUL, "main", &[gate, up, &out], &p, grid)?;
+        let p = Params4([u(len), stride, u32::from(gelu_tanh), 0]);
+        self.dispatch(&shaders::GATED_ACT, "main", &[gate, up, &out], &p, grid)?;
         Ok(out)
     }
 
-    /// Rotates `x [num_tokens, heads * head_dim]` in place at `positions`.
+    /// In place: `x *= value`, or `x = value · tanh(x / value)` when `softcap`.
+    pub fn scale(&self, x: &GpuBuffer, len: usize, value: f32, softcap: bool) -> GpuResult<()> {
+        let (grid, stride) = Self::grid_1d(len);
+        let p = Params4([u(len), stride, u32::from(softcap), value.to_bits()]);
+        self.dispatch(&shaders::SCALE, "main", &[x], &p, grid)
+    }
+
+    /// Rotates the first `rotary_dim` dimensions of each head of `x [num_tokens, heads *
+    /// head_dim]` in place at `positions`.
     #[allow(clippy::too_many_arguments)]
     pub fn rope(
         &self,
@@ -237,14 +256,19 @@ impl GpuContext {
         num_tokens: usize,
         heads: usize,
         head_dim: usize,
+        rotary_dim: usize,
         adjacent_pairs: bool,
     ) -> GpuResult<()> {
-        let (grid, _) = Self::grid_1d(num_tokens * heads * head_dim / 2);
-        let p = Params4([
+        let (grid, _) = Self::grid_1d(num_tokens * heads * rotary_dim / 2);
+        let p = Params8([
             u(num_tokens),
             u(heads),
             u(head_dim),
             u32::from(adjacent_pairs),
+            u(rotary_dim),
+            0,
+            0,
+            0,
         ]);
         self.dispatch(&shaders::ROPE, "main", &[x, positions, cos_sin], &p, grid)
     }
@@ -308,6 +332,9 @@ impl GpuContext {
             max_blocks: u(s.max_blocks),
             num_parts: u(num_parts),
             scale: s.scale,
+            window: s.window.map_or(0, u),
+            softcap: s.softcap.unwrap_or(0.0),
+            _pad: [0; 2],
         };
         let grid = (u(s.heads), u(s.num_tokens), u(num_parts));
         let bound = [
@@ -379,4 +406,6 @@ pub struct AttentionShape {
     /// Longest context in the batch (sets the number of partitions).
     pub max_context: usize,
     pub scale: f32,
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
 }

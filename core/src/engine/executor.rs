@@ -1,12 +1,12 @@
 //! Executors run a scheduled step: the block moves, then the forward. The engine above them
-//! knows nothing of devices; `LlamaExecutor` runs the real model on any backend.
+//! knows nothing of devices; `ModelExecutor` runs the real model on any backend.
 
 use std::sync::Arc;
 
 use crate::backend::{Backend, PendingLogits, StepLogits};
 use crate::batch::BatchInput;
 use crate::error::Result;
-use crate::model::LlamaModel;
+use crate::model::Model;
 use crate::scheduler::CacheOps;
 
 pub trait Executor {
@@ -39,26 +39,26 @@ impl Executor for Box<dyn Executor> {
 }
 
 /// A Llama-family model on a backend, with the device KV pool and the host swap space.
-pub struct LlamaExecutor<B: Backend> {
+pub struct ModelExecutor<B: Backend> {
     backend: B,
-    model: Arc<LlamaModel<B>>,
+    model: Arc<Model<B>>,
     kv: B::KvCache,
     swap: B::SwapSpace,
     /// False on tensor-parallel workers: they run the layers and leave the logits to rank 0.
     logits: bool,
 }
 
-impl<B: Backend> LlamaExecutor<B> {
+impl<B: Backend> ModelExecutor<B> {
     pub fn new(
         backend: B,
-        model: Arc<LlamaModel<B>>,
+        model: Arc<Model<B>>,
         block_size: usize,
         num_device_blocks: usize,
         num_host_blocks: usize,
     ) -> Result<Self> {
         let kv = backend.alloc_kv_cache(&model.kv_cache_spec(num_device_blocks, block_size))?;
         let swap = backend.alloc_swap_space(&model.kv_cache_spec(num_host_blocks, block_size))?;
-        Ok(LlamaExecutor {
+        Ok(ModelExecutor {
             backend,
             model,
             kv,
@@ -69,7 +69,7 @@ impl<B: Backend> LlamaExecutor<B> {
 
     /// An executor that runs every layer but computes no logits (a tensor-parallel worker).
     pub fn headless(self) -> Self {
-        LlamaExecutor {
+        ModelExecutor {
             logits: false,
             ..self
         }
@@ -80,7 +80,7 @@ impl<B: Backend> LlamaExecutor<B> {
     }
 }
 
-impl<B: Backend> Executor for LlamaExecutor<B> {
+impl<B: Backend> Executor for ModelExecutor<B> {
     fn vocab_size(&self) -> usize {
         self.model.config().vocab_size
     }

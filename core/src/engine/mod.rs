@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::backend::{PendingLogits, StepLogits};
-pub use executor::{Executor, LlamaExecutor};
+pub use executor::{Executor, ModelExecutor};
 use request::Request;
 pub use request::{
     CompletedRequest, CompletionOutput, Prompt, RequestMetrics, RequestOutput, SequenceDelta,

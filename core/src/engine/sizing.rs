@@ -7,7 +7,7 @@ use tracing::{info, warn};
 use crate::backend::{Backend, DeviceMemory};
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::error::{InferError, Result};
-use crate::model::LlamaModel;
+use crate::model::Model;
 use crate::scheduler::SchedulerConfig;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -47,7 +47,7 @@ pub struct PoolRequest {
 /// up to `max_num_seqs` prompts. `None` when the backend cannot report memory.
 pub fn profile_step<B: Backend>(
     backend: &B,
-    model: &LlamaModel<B>,
+    model: &Model<B>,
     scheduler: &SchedulerConfig,
     block_size: usize,
 ) -> Result<Option<DeviceMemory>> {

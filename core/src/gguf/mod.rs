@@ -1,4 +1,5 @@
-//! GGUF models: config from metadata, weights dequantized on load, tokenizer from metadata.
+//! GGUF models: config from metadata (the family's keys in `model::families`), tensors by
+//! their GGUF names, tokenizer from metadata.
 
 mod dtype;
 pub mod kquants;
@@ -7,12 +8,15 @@ mod reader;
 pub use dtype::GgmlType;
 pub use reader::{GgufFile, GgufTensorInfo, GgufValue};
 
-use crate::config::{ModelConfig, RopeScaling, RopeStyle};
+use crate::config::{Features, ModelConfig};
 use crate::error::{InferError, Result};
-use crate::weights::{HostTensor, LayerWeight, PackedTensor, WeightName, WeightSource};
+use crate::model::names::Format;
+use crate::model::registry;
+use crate::rope::{longrope_attention_factor, yarn_mscale, Rope, RopeScaling};
+use crate::weights::{HostTensor, PackedTensor, TensorStore};
 
 impl GgufFile {
-    fn arch_key(&self, key: &str) -> String {
+    pub(crate) fn arch_key(&self, key: &str) -> String {
         let arch = self
             .get("general.architecture")
             .and_then(|v| v.as_str())
@@ -20,7 +24,7 @@ impl GgufFile {
         format!("{arch}.{key}")
     }
 
-    fn meta_usize(&self, key: &str) -> Result<Option<usize>> {
+    pub(crate) fn meta_usize(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
@@ -35,7 +39,7 @@ impl GgufFile {
             .ok_or_else(|| self.bad(format!("metadata `{key}` is missing")))
     }
 
-    fn meta_f64(&self, key: &str) -> Result<Option<f64>> {
+    pub(crate) fn meta_f64(&self, key: &str) -> Result<Option<f64>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
@@ -45,26 +49,24 @@ impl GgufFile {
         }
     }
 
-    fn bad(&self, reason: String) -> InferError {
+    pub(crate) fn bad(&self, reason: String) -> InferError {
         InferError::Gguf {
             path: self.path.clone(),
             reason,
         }
     }
 
-    /// Reads the model configuration from the metadata.
+    /// Reads the model configuration from the metadata: the common keys here, the family's
+    /// own in its `gguf_features`.
     pub fn model_config(&self) -> Result<ModelConfig> {
         let arch = self
             .get("general.architecture")
             .and_then(|v| v.as_str())
             .ok_or_else(|| self.bad("metadata `general.architecture` is missing".into()))?
             .to_string();
-        let rope_style = match arch.as_str() {
-            "llama" | "mistral" => RopeStyle::AdjacentPairs,
-            "qwen2" => RopeStyle::HalfSplit,
-            _ => return Err(InferError::UnsupportedArchitecture(arch)),
-        };
         let k = |s: &str| self.arch_key(s);
+        let experts = self.meta_usize(&k("expert_count"))?;
+        let spec = registry::by_gguf(&arch, experts.map(|n| n as u64))?;
         let hidden = self.require_usize(&k("embedding_length"))?;
         let heads = self.require_usize(&k("attention.head_count"))?;
         let kv_heads = self
@@ -83,8 +85,15 @@ impl GgufFile {
                 .map(|t| t.len())
                 .ok_or_else(|| self.bad("no vocab_size and no tokenizer.ggml.tokens".into()))?,
         };
-        let rope_scaling = self.rope_scaling()?;
-        let config = ModelConfig {
+        let max_pos = self.require_usize(&k("context_length"))?;
+        let rope = Rope {
+            theta: self.meta_f64(&k("rope.freq_base"))?.unwrap_or(10000.0),
+            scaling: self.rope_scaling(max_pos)?,
+            rotary_dim: self
+                .meta_usize(&k("rope.dimension_count"))?
+                .unwrap_or(head_dim),
+        };
+        let mut config = ModelConfig {
             vocab_size: vocab,
             hidden_size: hidden,
             intermediate_size: self.require_usize(&k("feed_forward_length"))?,
@@ -95,32 +104,111 @@ impl GgufFile {
             rms_norm_eps: self
                 .meta_f64(&k("attention.layer_norm_rms_epsilon"))?
                 .unwrap_or(1e-5) as f32,
-            rope_theta: self.meta_f64(&k("rope.freq_base"))?.unwrap_or(10000.0),
-            rope_scaling,
-            rope_style,
-            max_position_embeddings: self.require_usize(&k("context_length"))?,
+            rope,
+            rope_style: spec.gguf_rope_style,
+            max_position_embeddings: max_pos,
             tie_word_embeddings: !self.tensors.contains_key("output.weight"),
             attention_bias: self.tensors.contains_key("blk.0.attn_q.bias"),
-            architecture: arch,
+            architecture: spec.name.to_string(),
+            family: spec.family,
+            features: Features::default(),
         };
-        config.validate()?;
+        (spec.gguf_features)(self, &mut config)?;
+        config.validate().map_err(|e| match e {
+            InferError::Config(m) => self.bad(m),
+            other => other,
+        })?;
         Ok(config)
     }
 
-    fn rope_scaling(&self) -> Result<Option<RopeScaling>> {
+    /// `{arch}.{key}` as a number, if present.
+    pub fn arch_f64(&self, key: &str) -> Result<Option<f64>> {
+        self.meta_f64(&self.arch_key(key))
+    }
+
+    /// `{arch}.attention.sliding_window`, with `0` meaning none (as llama.cpp writes Phi-4).
+    pub fn sliding_window(&self) -> Result<Option<usize>> {
+        Ok(self
+            .meta_usize(&self.arch_key("attention.sliding_window"))?
+            .filter(|&w| w > 0))
+    }
+
+    /// `{arch}.attention.sliding_window_pattern` as per-layer flags, when it is a list.
+    pub fn sliding_window_pattern(&self, num_layers: usize) -> Result<Option<Vec<bool>>> {
+        let key = self.arch_key("attention.sliding_window_pattern");
+        let Some(v) = self.get(&key) else {
+            return Ok(None);
+        };
+        let flags = v.as_array().and_then(|a| {
+            a.iter()
+                .map(|x| x.as_bool().or(x.as_u64().map(|n| n != 0)))
+                .collect::<Option<Vec<bool>>>()
+        });
+        match flags {
+            Some(f) if f.len() == num_layers => Ok(Some(f)),
+            _ => Err(self.bad(format!(
+                "metadata `{key}` is {v:?}, expected {num_layers} flags"
+            ))),
+        }
+    }
+
+    fn rope_scaling(&self, max_pos: usize) -> Result<Option<RopeScaling>> {
         if let Some(info) = self.tensors.get("rope_freqs.weight") {
             let t = self.dequantize(info)?;
             return Ok(Some(RopeScaling::FreqFactors(t.data)));
         }
-        let ty = self
-            .get(&self.arch_key("rope.scaling.type"))
-            .and_then(|v| v.as_str());
-        let factor = self.meta_f64(&self.arch_key("rope.scaling.factor"))?;
+        let k = |s: &str| self.arch_key(s);
+        let ty = self.get(&k("rope.scaling.type")).and_then(|v| v.as_str());
+        let factor = self.meta_f64(&k("rope.scaling.factor"))?;
+        let original = self.meta_f64(&k("rope.scaling.original_context_length"))?;
+        let long = self.tensors.get("rope_factors_long.weight");
+        let short = self.tensors.get("rope_factors_short.weight");
         match (ty, factor) {
-            (None | Some("none"), _) => Ok(None),
             (Some("linear"), Some(f)) if f > 0.0 => Ok(Some(RopeScaling::Linear { factor: f })),
+            (Some("yarn"), Some(f)) if f > 0.0 => {
+                let original = original.ok_or_else(|| {
+                    self.bad("yarn rope scaling without `rope.scaling.original_context_length`".into())
+                })?;
+                let attention_factor = match self.meta_f64(&k("rope.scaling.yarn_attn_factor"))? {
+                    Some(a) => a,
+                    None => yarn_mscale(f, 1.0),
+                };
+                Ok(Some(RopeScaling::Yarn {
+                    factor: f,
+                    original_max_position_embeddings: original,
+                    beta_fast: self.meta_f64(&k("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0),
+                    beta_slow: self.meta_f64(&k("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0),
+                    attention_factor,
+                    truncate: true,
+                }))
+            }
+            // llama.cpp's Phi-3 converter writes LongRoPE as two factor tensors and the
+            // attention factor, with or without the scaling type.
+            (None | Some("longrope"), _) if long.is_some() || short.is_some() => {
+                let (Some(long), Some(short)) = (long, short) else {
+                    return Err(self.bad(
+                        "LongRoPE needs both rope_factors_long and rope_factors_short".into(),
+                    ));
+                };
+                let as_f64 = |t: HostTensor| t.data.into_iter().map(f64::from).collect();
+                let original = original.map(|o| o as usize).unwrap_or(max_pos);
+                let attention_factor = match self.meta_f64(&k("rope.scaling.attn_factor"))? {
+                    Some(a) => a,
+                    None => longrope_attention_factor(
+                        max_pos as f64 / original.max(1) as f64,
+                        original,
+                    ),
+                };
+                Ok(Some(RopeScaling::LongRope {
+                    short_factor: as_f64(self.dequantize(short)?),
+                    long_factor: as_f64(self.dequantize(long)?),
+                    original_max_position_embeddings: original,
+                    attention_factor,
+                }))
+            }
+            (None | Some("none"), _) => Ok(None),
             (Some(other), _) => Err(self.bad(format!(
-                "unsupported rope scaling `{other}` (supported: linear, llama3 via rope_freqs)"
+                "unsupported rope scaling `{other}` (supported: linear, yarn, longrope, llama3 via rope_freqs)"
             ))),
         }
     }
@@ -133,58 +221,25 @@ impl GgufFile {
     }
 }
 
-impl GgufFile {
-    fn info(&self, w: WeightName) -> Result<&GgufTensorInfo> {
-        let name = self.tensor_name(w);
-        self.tensors
-            .get(&name)
-            .ok_or_else(|| InferError::MissingTensor {
-                name,
-                source_name: self.source_name(),
-            })
-    }
-}
-
-impl WeightSource for GgufFile {
+impl TensorStore for GgufFile {
     fn source_name(&self) -> String {
         self.path.display().to_string()
     }
 
-    fn tensor_name(&self, w: WeightName) -> String {
-        match w {
-            WeightName::Embed => "token_embd.weight".into(),
-            WeightName::FinalNorm => "output_norm.weight".into(),
-            WeightName::LmHead => "output.weight".into(),
-            WeightName::Layer(i, lw) => {
-                let s = match lw {
-                    LayerWeight::AttnNorm => "attn_norm.weight",
-                    LayerWeight::Q => "attn_q.weight",
-                    LayerWeight::K => "attn_k.weight",
-                    LayerWeight::V => "attn_v.weight",
-                    LayerWeight::QBias => "attn_q.bias",
-                    LayerWeight::KBias => "attn_k.bias",
-                    LayerWeight::VBias => "attn_v.bias",
-                    LayerWeight::O => "attn_output.weight",
-                    LayerWeight::FfnNorm => "ffn_norm.weight",
-                    LayerWeight::Gate => "ffn_gate.weight",
-                    LayerWeight::Up => "ffn_up.weight",
-                    LayerWeight::Down => "ffn_down.weight",
-                };
-                format!("blk.{i}.{s}")
-            }
-        }
+    fn format(&self) -> Format {
+        Format::Gguf
     }
 
-    fn contains(&self, w: WeightName) -> bool {
-        self.tensors.contains_key(&self.tensor_name(w))
+    fn has(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
     }
 
-    fn load_raw(&self, w: WeightName) -> Result<HostTensor> {
-        self.dequantize(self.info(w)?)
+    fn read(&self, name: &str) -> Result<HostTensor> {
+        self.dequantize(self.info(name)?)
     }
 
-    fn load_packed_raw(&self, w: WeightName) -> Result<Option<PackedTensor>> {
-        let info = self.info(w)?;
+    fn read_packed(&self, name: &str) -> Result<Option<PackedTensor>> {
+        let info = self.info(name)?;
         if !info.dtype.is_quantized() || info.shape.len() != 2 {
             return Ok(None);
         }
@@ -193,5 +248,16 @@ impl WeightSource for GgufFile {
             dtype: info.dtype,
             data: self.packed_bytes(info)?,
         }))
+    }
+}
+
+impl GgufFile {
+    fn info(&self, name: &str) -> Result<&GgufTensorInfo> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| InferError::MissingTensor {
+                name: name.to_string(),
+                source_name: self.path.display().to_string(),
+            })
     }
 }

@@ -10,9 +10,10 @@ use safetensors::tensor::{Dtype, Metadata};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
-use super::{hf_tensor_name, read_json};
+use super::read_json;
 use crate::error::{InferError, Result};
-use crate::weights::{HostTensor, WeightName, WeightSource};
+use crate::model::names::Format;
+use crate::weights::{HostTensor, TensorStore};
 
 struct Shard {
     path: PathBuf,
@@ -100,27 +101,26 @@ fn convert(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
     })
 }
 
-impl WeightSource for SafetensorsWeights {
+impl TensorStore for SafetensorsWeights {
     fn source_name(&self) -> String {
         self.dir.display().to_string()
     }
 
-    fn tensor_name(&self, w: WeightName) -> String {
-        hf_tensor_name(w)
+    fn format(&self) -> Format {
+        Format::Hf
     }
 
-    fn contains(&self, w: WeightName) -> bool {
-        self.index.contains_key(&self.tensor_name(w))
+    fn has(&self, name: &str) -> bool {
+        self.index.contains_key(name)
     }
 
-    fn load_raw(&self, w: WeightName) -> Result<HostTensor> {
-        let name = self.tensor_name(w);
+    fn read(&self, name: &str) -> Result<HostTensor> {
         let missing = || InferError::MissingTensor {
-            name: name.clone(),
+            name: name.to_string(),
             source_name: self.source_name(),
         };
-        let shard = &self.shards[*self.index.get(&name).ok_or_else(missing)?];
-        let info = shard.metadata.info(&name).ok_or_else(missing)?;
+        let shard = &self.shards[*self.index.get(name).ok_or_else(missing)?];
+        let info = shard.metadata.info(name).ok_or_else(missing)?;
         let (start, end) = info.data_offsets;
         let base = 8 + shard.header_len;
         // read_metadata validated that the offsets tile the buffer; check anyway, cheaply.
@@ -133,7 +133,7 @@ impl WeightSource for SafetensorsWeights {
                     reason: format!("tensor `{name}` lies outside the file"),
                 })?;
         let data = convert(info.dtype, bytes).ok_or_else(|| InferError::UnsupportedDtype {
-            name: name.clone(),
+            name: name.to_string(),
             dtype: format!("{:?}", info.dtype),
         })?;
         Ok(HostTensor::new(info.shape.clone(), data))

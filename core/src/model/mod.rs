@@ -1,5 +1,12 @@
-//! Model definitions written once against the `Backend` trait.
+//! Models written once against the `Backend` trait: one decoder forward (`decoder`) whose
+//! blocks take each family's features, the registry that maps a file to its family
+//! (`registry`), the families themselves (`families`, one small file each) and where each
+//! weight lives in a file (`names`).
 
-pub mod llama;
+pub mod decoder;
+pub mod families;
+pub mod names;
+pub mod registry;
 
-pub use llama::LlamaModel;
+pub use decoder::{checked_max_model_len, upload_shard, upload_weight, LoadProgress, Model};
+pub use registry::{Family, FamilySpec, FAMILIES};

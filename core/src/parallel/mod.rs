@@ -102,6 +102,12 @@ impl TensorParallel {
         if !c.intermediate_size.is_multiple_of(tp) {
             return refuse(format!("intermediate size {}", c.intermediate_size));
         }
+        if tp > 1 && c.features.qk_norm == Some(crate::config::QkNorm::Whole) {
+            return Err(InferError::Distributed(format!(
+                "{} normalizes queries and keys over all heads at once, which tensor parallelism would split; run it with -tp 1",
+                c.architecture
+            )));
+        }
         Ok(())
     }
 

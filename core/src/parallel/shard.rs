@@ -55,7 +55,13 @@ fn split(tp: &TensorParallel, c: &ModelConfig, w: WeightName) -> Split {
             start: tp.rank * ff_len,
             len: ff_len,
         },
-        LayerWeight::AttnNorm | LayerWeight::FfnNorm => Split::Whole,
+        // Norms act on whole hidden rows, or on each head alike (per-head q/k norms).
+        LayerWeight::AttnNorm
+        | LayerWeight::FfnNorm
+        | LayerWeight::PostAttnNorm
+        | LayerWeight::PostFfnNorm
+        | LayerWeight::QNorm
+        | LayerWeight::KNorm => Split::Whole,
     }
 }
 

@@ -17,12 +17,17 @@ pub fn check_rope<B: Backend>(
     let mut rng = StdRng::seed_from_u64(seed);
     let (b, _) = batch(&mut rng, seqs, 4, 100);
     let max_len = seqs.iter().map(|&(d, n)| d + n).max().unwrap_or(1);
-    let table = random(&mut rng, max_len * head_dim);
     let shape = [b.num_tokens(), heads * head_dim];
     let x = random(&mut rng, shape[0] * shape[1]);
-    for style in [RopeStyle::AdjacentPairs, RopeStyle::HalfSplit] {
+    // Every dimension rotating, and a partial rotary of three quarters (rounded to pairs).
+    let partial = (head_dim * 3 / 4) & !1;
+    let cases = [RopeStyle::AdjacentPairs, RopeStyle::HalfSplit]
+        .into_iter()
+        .flat_map(|s| [(s, head_dim), (s, partial.max(2))]);
+    for (style, rot) in cases {
+        let table = random(&mut rng, max_len * rot);
         let mut want = up(&c, &shape, &x);
-        let cos_sin = up(&c, &[max_len, head_dim], &table);
+        let cos_sin = up(&c, &[max_len, rot], &table);
         c.rope(
             &mut want,
             &c.upload_batch(&b).unwrap(),
@@ -32,7 +37,7 @@ pub fn check_rope<B: Backend>(
         )
         .unwrap();
         let mut got = up(g, &shape, &x);
-        let cos_sin = up(g, &[max_len, head_dim], &table);
+        let cos_sin = up(g, &[max_len, rot], &table);
         g.rope(
             &mut got,
             &g.upload_batch(&b).unwrap(),
@@ -42,7 +47,7 @@ pub fn check_rope<B: Backend>(
         )
         .unwrap();
         assert_close(
-            &format!("rope {style:?}"),
+            &format!("rope {style:?} rotary {rot}/{head_dim}"),
             &host(g, &got),
             &host(&c, &want),
             1e-5,
@@ -123,18 +128,37 @@ pub fn check_attention<B: Backend>(
         num_kv_heads: kv_heads,
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+        softcap: None,
     };
     let q_shape = [b.num_tokens(), heads * head_dim];
     let q = random(&mut rng, q_shape[0] * q_shape[1]);
     let (gb, cb) = (g.upload_batch(&b).unwrap(), c.upload_batch(&b).unwrap());
     let what = format!("paged_attention {seqs:?} h{heads}/{kv_heads} d{head_dim} bs{block_size}");
-    for layer in 0..2 {
+    // Plain; a short window; a window of half the longest context (across partitions of long
+    // ones) with soft-capped scores (scaled up so the cap bites).
+    let longest = b.context_lens.iter().max().copied().unwrap_or(1) as usize;
+    let variants = [
+        params,
+        AttentionParams {
+            window: Some(1 + seed as usize % 5),
+            ..params
+        },
+        AttentionParams {
+            window: Some(longest.div_ceil(2)),
+            softcap: Some(1.5),
+            scale: 4.0 / (head_dim as f32).sqrt(),
+            ..params
+        },
+    ];
+    for (layer, p) in (0..2).flat_map(|l| variants.iter().map(move |p| (l, p))) {
         let got = g
-            .paged_attention(&up(g, &q_shape, &q), &gc, layer, &gb, &params)
+            .paged_attention(&up(g, &q_shape, &q), &gc, layer, &gb, p)
             .unwrap();
         let want = c
-            .paged_attention(&up(&c, &q_shape, &q), &cc, layer, &cb, &params)
+            .paged_attention(&up(&c, &q_shape, &q), &cc, layer, &cb, p)
             .unwrap();
+        let what = format!("{what} window {:?} softcap {:?}", p.window, p.softcap);
         assert_close(&what, &host(g, &got), &host(&c, &want), tol);
     }
 
@@ -215,6 +239,8 @@ pub fn check_block_copies<B: Backend>(g: &B, seed: u64, tol: f32) {
         num_kv_heads: 1,
         head_dim: 8,
         scale: 0.3,
+        window: None,
+        softcap: None,
     };
     let q_shape = [b.num_tokens(), 16];
     let q = random(&mut rng, q_shape[0] * 16);

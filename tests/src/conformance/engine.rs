@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use infer_core::scheduler::{PreemptionMode, SchedulerConfig};
 use infer_core::{
-    open_model, Backend, Engine, EngineConfig, LlamaExecutor, LlamaModel, Prompt, SamplingParams,
+    open_model, Backend, Engine, EngineConfig, Model, ModelExecutor, Prompt, SamplingParams,
 };
 
 use crate::smollm2_path;
@@ -18,7 +18,7 @@ pub fn smollm2_greedy<B: Backend + 'static>(
     max_tokens: usize,
 ) -> (Vec<Vec<u32>>, u64) {
     let files = open_model(&smollm2_path()).unwrap();
-    let model = LlamaModel::load(
+    let model = Model::load(
         &backend,
         &files.config,
         files.weights.as_ref(),
@@ -39,7 +39,7 @@ pub fn smollm2_greedy<B: Backend + 'static>(
             preemption_mode: PreemptionMode::Recompute,
         },
     };
-    let executor = LlamaExecutor::new(backend, Arc::new(model), 16, 32, 0).unwrap();
+    let executor = ModelExecutor::new(backend, Arc::new(model), 16, 32, 0).unwrap();
     let tokenizer = Arc::new(files.tokenizer);
     let mut engine = Engine::new(executor, Some(tokenizer), config).unwrap();
     let params = SamplingParams {

@@ -8,10 +8,8 @@ use std::sync::Arc;
 
 use infer_api::RequestError;
 use infer_core::backend::Backend;
-use infer_core::model::llama::checked_max_model_len;
-use infer_core::{
-    Engine, EngineConfig, LlamaExecutor, LlamaModel, PreemptionMode, SchedulerConfig,
-};
+use infer_core::model::checked_max_model_len;
+use infer_core::{Engine, EngineConfig, Model, ModelExecutor, PreemptionMode, SchedulerConfig};
 use infer_wgpu::WgpuBackend;
 use serde_json::json;
 use wasm_bindgen::prelude::*;
@@ -22,9 +20,9 @@ use crate::{BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, MIN_KV_CACHE_MIB};
 
 struct Inner {
     backend: WgpuBackend,
-    model: Arc<LlamaModel<WgpuBackend>>,
+    model: Arc<Model<WgpuBackend>>,
     session: Session,
-    engine: Option<Engine<LlamaExecutor<WgpuBackend>>>,
+    engine: Option<Engine<ModelExecutor<WgpuBackend>>>,
     kv_cache_mib: usize,
 }
 
@@ -42,7 +40,7 @@ fn busy() -> JsError {
 }
 
 impl Inner {
-    fn engine(&mut self) -> Result<&mut Engine<LlamaExecutor<WgpuBackend>>, JsError> {
+    fn engine(&mut self) -> Result<&mut Engine<ModelExecutor<WgpuBackend>>, JsError> {
         self.engine
             .as_mut()
             .ok_or_else(|| js_err("no KV cache yet: call allocate first"))
@@ -76,13 +74,12 @@ impl WebEngine {
         let asked = (max_model_len > 0).then_some(max_model_len);
         let max_len = checked_max_model_len(&h.config, asked).map_err(js_err)?;
         let mut weights = uploaded.into_iter();
-        let model =
-            LlamaModel::from_weights(&backend, &h.config, max_len, h.has_lm_head, &mut |w| {
-                weights.next().ok_or_else(|| {
-                    infer_core::InferError::invalid("weights", format!("{w:?} was not uploaded"))
-                })
+        let model = Model::from_weights(&backend, &h.config, max_len, h.has_lm_head, &mut |w| {
+            weights.next().ok_or_else(|| {
+                infer_core::InferError::invalid("weights", format!("{w:?} was not uploaded"))
             })
-            .map_err(js_err)?;
+        })
+        .map_err(js_err)?;
         let session = Session::new(h.tokenizer, model_name, max_len);
         Ok(WebEngine {
             inner: Rc::new(RefCell::new(Inner {
@@ -113,7 +110,7 @@ impl WebEngine {
                 let device = &backend.context().device;
                 let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
                 let made =
-                    LlamaExecutor::new(backend.clone(), model.clone(), BLOCK_SIZE, blocks, 0);
+                    ModelExecutor::new(backend.clone(), model.clone(), BLOCK_SIZE, blocks, 0);
                 let oom = scope.pop().await;
                 match (made, oom) {
                     (Ok(e), None) => break (e, blocks),

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use infer_core::config::ModelConfig;
 use infer_core::gguf::GgufFile;
-use infer_core::model::llama::upload_weight;
+use infer_core::model::upload_weight;
 use infer_core::weights::{WeightName, WeightSource};
-use infer_core::{InferError, LlamaModel, Tokenizer};
+use infer_core::{InferError, Model, Tokenizer};
 use infer_wgpu::{GpuContext, WeightStorage, WgpuBackend, WgpuTensor};
 use wasm_bindgen::prelude::*;
 
@@ -114,7 +114,7 @@ impl WebLoader {
         let config = gguf.model_config().map_err(js_err)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf).map_err(js_err)?);
         let has_lm_head = gguf.contains(WeightName::LmHead);
-        let plan = LlamaModel::<WgpuBackend>::weight_names(&config, has_lm_head);
+        let plan = Model::<WgpuBackend>::weight_names(&config, has_lm_head);
         for &w in &plan {
             let name = gguf.tensor_name(w);
             let info = gguf.tensors.get(&name).ok_or(InferError::MissingTensor {

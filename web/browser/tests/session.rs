@@ -3,7 +3,7 @@
 //! `infer serve` sends them, bad bodies are 400s naming the parameter, abort forgets.
 
 use infer_browser::session::{Event, Session};
-use infer_core::{Engine, EngineConfig, LlamaExecutor, PreemptionMode, SchedulerConfig};
+use infer_core::{Engine, EngineConfig, ModelExecutor, PreemptionMode, SchedulerConfig};
 use infer_cpu::CpuBackend;
 use serde_json::{json, Value};
 
@@ -20,7 +20,7 @@ fn run(session: &mut Session, engine: &mut CpuEngine, endpoint: &str, body: Valu
     events
 }
 
-type CpuEngine = Engine<LlamaExecutor<CpuBackend>>;
+type CpuEngine = Engine<ModelExecutor<CpuBackend>>;
 
 fn engine_and_session() -> (CpuEngine, Session) {
     let (model, tokenizer) = infer_tests::smollm2_shared();
@@ -36,7 +36,7 @@ fn engine_and_session() -> (CpuEngine, Session) {
             preemption_mode: PreemptionMode::Recompute,
         },
     };
-    let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0).unwrap();
+    let exec = ModelExecutor::new(CpuBackend::new(), model, 16, 256, 0).unwrap();
     let engine = Engine::new(exec, Some(tokenizer.clone()), config).unwrap();
     (engine, Session::new(tokenizer, "smollm2".into(), 2048))
 }

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use infer_core::{Engine, EngineConfig, LlamaExecutor, PreemptionMode, SchedulerConfig};
+use infer_core::{Engine, EngineConfig, ModelExecutor, PreemptionMode, SchedulerConfig};
 use infer_cpu::CpuBackend;
 use infer_tests::smollm2_shared;
 use infer_web::{EngineHandle, Metrics, ServeOptions, ServerState};
@@ -60,7 +60,7 @@ pub fn start(
     let metrics = Arc::new(Metrics::new("smol", "infer").unwrap());
     let (engine, ()) = EngineHandle::start(
         move || {
-            let exec = LlamaExecutor::new(CpuBackend::new(), model, 16, 256, 0)
+            let exec = ModelExecutor::new(CpuBackend::new(), model, 16, 256, 0)
                 .map_err(|e| e.to_string())?;
             let config = EngineConfig {
                 block_size: 16,

@@ -13,8 +13,10 @@ pub(super) struct Keys<'a> {
     pub kv_dim: usize,
     /// Offset of the KV head inside a cache row.
     pub kv_off: usize,
-    /// Keys this token sees (its own included).
+    /// Keys up to and including this token's own.
     pub visible: usize,
+    /// It sees only the last `window` of them (`usize::MAX`: all).
+    pub window: usize,
 }
 
 impl Keys<'_> {
@@ -26,6 +28,26 @@ impl Keys<'_> {
     }
 }
 
+/// `row = softmax(cap(row · scale))` in place, `cap` the optional soft-cap
+/// `c · tanh(s / c)`.
+#[inline(always)]
+pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>) {
+    match softcap {
+        Some(c) => row
+            .iter_mut()
+            .for_each(|x| *x = c * (*x * scale / c).tanh()),
+        None => row.iter_mut().for_each(|x| *x *= scale),
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut total = 0f32;
+    for x in row.iter_mut() {
+        *x = (*x - max).exp();
+        total += *x;
+    }
+    let inv = 1.0 / total;
+    row.iter_mut().for_each(|x| *x *= inv);
+}
+
 /// `out [group, hd]` = softmax(q·Kᵀ · scale) · V for the `group` queries `q [group, hd]`;
 /// `scores` is scratch.
 pub(super) fn attend(
@@ -33,6 +55,7 @@ pub(super) fn attend(
     keys: &Keys,
     hd: usize,
     scale: f32,
+    softcap: Option<f32>,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
@@ -40,26 +63,42 @@ pub(super) fn attend(
     {
         if is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU supports AVX-512F (checked just above).
-            return unsafe { attend_avx512(q, keys, hd, scale, scores, out) };
+            return unsafe { attend_avx512(q, keys, hd, scale, softcap, scores, out) };
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-            return unsafe { attend_avx2(q, keys, hd, scale, scores, out) };
+            return unsafe { attend_avx2(q, keys, hd, scale, softcap, scores, out) };
         }
     }
-    attend_portable(q, keys, hd, scale, scores, out)
+    attend_portable(q, keys, hd, scale, softcap, scores, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn attend_avx512(q: &[f32], keys: &Keys, hd: usize, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
-    attend_portable(q, keys, hd, scale, s, o)
+fn attend_avx512(
+    q: &[f32],
+    keys: &Keys,
+    hd: usize,
+    scale: f32,
+    cap: Option<f32>,
+    s: &mut Vec<f32>,
+    o: &mut [f32],
+) {
+    attend_portable(q, keys, hd, scale, cap, s, o)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn attend_avx2(q: &[f32], keys: &Keys, hd: usize, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
-    attend_portable(q, keys, hd, scale, s, o)
+fn attend_avx2(
+    q: &[f32],
+    keys: &Keys,
+    hd: usize,
+    scale: f32,
+    cap: Option<f32>,
+    s: &mut Vec<f32>,
+    o: &mut [f32],
+) {
+    attend_portable(q, keys, hd, scale, cap, s, o)
 }
 
 #[inline(always)]
@@ -68,33 +107,28 @@ fn attend_portable(
     keys: &Keys,
     hd: usize,
     scale: f32,
+    softcap: Option<f32>,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
     let group = q.len() / hd;
-    let n = keys.visible;
+    let first = keys.visible.saturating_sub(keys.window);
+    let n = keys.visible - first;
     // Scores as [group, keys].
     scores.clear();
     scores.resize(group * n, 0.0);
     for j in 0..n {
-        let k = &keys.k_cache[keys.at(j)..][..hd];
+        let k = &keys.k_cache[keys.at(first + j)..][..hd];
         for (i, qi) in q.chunks_exact(hd).enumerate() {
-            scores[i * n + j] = dot_portable(qi, k) * scale;
+            scores[i * n + j] = dot_portable(qi, k);
         }
     }
     for row in scores.chunks_exact_mut(n) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut total = 0f32;
-        for x in row.iter_mut() {
-            *x = (*x - max).exp();
-            total += *x;
-        }
-        let inv = 1.0 / total;
-        row.iter_mut().for_each(|x| *x *= inv);
+        softmax_scaled(row, scale, softcap);
     }
     out.fill(0.0);
     for j in 0..n {
-        let v = &keys.v_cache[keys.at(j)..][..hd];
+        let v = &keys.v_cache[keys.at(first + j)..][..hd];
         for (i, oi) in out.chunks_exact_mut(hd).enumerate() {
             let w = scores[i * n + j];
             for (acc, &vv) in oi.iter_mut().zip(v) {

@@ -1,25 +1,35 @@
-//! The Llama-family forward (Llama 2/3, Mistral, Qwen2, SmolLM), written once against the
-//! `Backend` trait: pre-norm attention with GQA and RoPE over a paged KV cache, then a SwiGLU MLP.
+//! The decoder forward of every dense family, written once against the `Backend` trait:
+//! attention with GQA and RoPE over a paged KV cache, then a gated MLP, with each family's
+//! differences taken from `config.features` (norm placement, q/k norms, activation,
+//! multipliers, soft-caps, sliding windows, per-layer RoPE) — never from its name.
 
 use crate::backend::{AttentionParams, Backend, KvCacheSpec};
 use crate::batch::BatchInput;
-use crate::config::ModelConfig;
+use crate::config::{Activation, ModelConfig, NormPlacement};
 use crate::error::{InferError, Result};
 use crate::parallel::{shard_packed, shard_weight, TensorParallel};
 use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
 
 struct Layer<T> {
-    attn_norm: T,
+    /// `None` where the family norms only after (OLMo 2).
+    attn_norm: Option<T>,
     wq: T,
     wk: T,
     wv: T,
     /// (q, k, v) biases (Qwen2).
     qkv_bias: Option<(T, T, T)>,
+    /// (q, k) RMSNorm weights (Qwen3, Gemma 3, OLMo 2).
+    qk_norm: Option<(T, T)>,
     wo: T,
-    ffn_norm: T,
+    post_attn_norm: Option<T>,
+    ffn_norm: Option<T>,
     gate: T,
     up: T,
     down: T,
+    post_ffn_norm: Option<T>,
+    /// Index into `Model::rope_tables`.
+    rope: usize,
+    attention: AttentionParams,
 }
 
 /// Matrices go to the backend packed when it takes them that way; everything else as f32.
@@ -41,16 +51,7 @@ pub fn upload_shard<B: Backend>(
     tp: &TensorParallel,
     w: WeightName,
 ) -> Result<B::Tensor> {
-    let is_matrix = !matches!(
-        w,
-        WeightName::FinalNorm
-            | WeightName::Layer(_, LayerWeight::AttnNorm | LayerWeight::FfnNorm)
-            | WeightName::Layer(
-                _,
-                LayerWeight::QBias | LayerWeight::KBias | LayerWeight::VBias
-            )
-    );
-    if is_matrix {
+    if !w.is_vector() {
         if let Some(packed) = weights.load_packed(w, config)? {
             let dense = match shard_packed(tp, config, w, packed.clone()) {
                 Some(part) => match backend.upload_packed(&part)? {
@@ -67,7 +68,8 @@ pub fn upload_shard<B: Backend>(
     backend.upload(&shard_weight(tp, config, w, weights.load(w, config)?))
 }
 
-pub struct LlamaModel<B: Backend> {
+/// A loaded model of any supported family on a backend.
+pub struct Model<B: Backend> {
     config: ModelConfig,
     max_model_len: usize,
     embed: B::Tensor,
@@ -75,7 +77,9 @@ pub struct LlamaModel<B: Backend> {
     lm_head: Option<B::Tensor>,
     final_norm: B::Tensor,
     layers: Vec<Layer<B::Tensor>>,
-    cos_sin: B::Tensor,
+    /// cos/sin tables `[max_model_len, rotary_dim]`: the model's, then the sliding layers'
+    /// where they rotate differently.
+    rope_tables: Vec<B::Tensor>,
     /// This rank's place; with more than one rank, `config` holds this rank's heads and
     /// MLP columns and the forward all-reduces o_proj's and down_proj's outputs.
     tp: TensorParallel,
@@ -100,7 +104,7 @@ pub fn checked_max_model_len(config: &ModelConfig, asked: Option<usize>) -> Resu
 /// Load progress: (weights loaded, weights in total).
 pub type LoadProgress<'a> = &'a mut dyn FnMut(usize, usize);
 
-impl<B: Backend> LlamaModel<B> {
+impl<B: Backend> Model<B> {
     /// Loads, checks and uploads every weight. `max_model_len` caps the context (and the RoPE
     /// table); it may not exceed the model's own limit.
     pub fn load(
@@ -149,7 +153,7 @@ impl<B: Backend> LlamaModel<B> {
             progress(done, total);
             Ok(t)
         })?;
-        Ok(LlamaModel { tp, ..model })
+        Ok(Model { tp, ..model })
     }
 
     pub fn tensor_parallel(&self) -> TensorParallel {
@@ -164,23 +168,11 @@ impl<B: Backend> LlamaModel<B> {
         }
         names.push(WeightName::FinalNorm);
         for i in 0..config.num_layers {
-            let mut per_layer = vec![
-                LayerWeight::AttnNorm,
-                LayerWeight::Q,
-                LayerWeight::K,
-                LayerWeight::V,
-            ];
-            if config.attention_bias {
-                per_layer.extend([LayerWeight::QBias, LayerWeight::KBias, LayerWeight::VBias]);
-            }
-            per_layer.extend([
-                LayerWeight::O,
-                LayerWeight::FfnNorm,
-                LayerWeight::Gate,
-                LayerWeight::Up,
-                LayerWeight::Down,
-            ]);
-            names.extend(per_layer.into_iter().map(|w| WeightName::Layer(i, w)));
+            names.extend(
+                layer_weights(config)
+                    .into_iter()
+                    .map(|w| WeightName::Layer(i, w)),
+            );
         }
         names
     }
@@ -202,42 +194,87 @@ impl<B: Backend> LlamaModel<B> {
             None
         };
         let final_norm = weight(WeightName::FinalNorm)?;
+        let wanted = layer_weights(config);
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
-            let mut l = |w| weight(WeightName::Layer(i, w));
-            layers.push(Layer {
-                attn_norm: l(LayerWeight::AttnNorm)?,
-                wq: l(LayerWeight::Q)?,
-                wk: l(LayerWeight::K)?,
-                wv: l(LayerWeight::V)?,
-                qkv_bias: if config.attention_bias {
-                    Some((
-                        l(LayerWeight::QBias)?,
-                        l(LayerWeight::KBias)?,
-                        l(LayerWeight::VBias)?,
-                    ))
+            // Asked in `layer_weights`' order; weights the family lacks are `None`.
+            let mut opt = |w| {
+                if wanted.contains(&w) {
+                    weight(WeightName::Layer(i, w)).map(Some)
                 } else {
-                    None
+                    Ok(None)
+                }
+            };
+            use LayerWeight::*;
+            // Q, K, V, O and the MLP are in every plan; the rest where features call for them.
+            let need = |t: Option<B::Tensor>, w: LayerWeight| {
+                t.ok_or_else(|| InferError::Config(format!("layer {i}: {w:?} is not planned")))
+            };
+            let attn_norm = opt(AttnNorm)?;
+            let wq = need(opt(Q)?, Q)?;
+            let wk = need(opt(K)?, K)?;
+            let wv = need(opt(V)?, V)?;
+            let qkv_bias = match (opt(QBias)?, opt(KBias)?, opt(VBias)?) {
+                (Some(q), Some(k), Some(v)) => Some((q, k, v)),
+                _ => None,
+            };
+            let qk_norm = match (opt(QNorm)?, opt(KNorm)?) {
+                (Some(q), Some(k)) => Some((q, k)),
+                _ => None,
+            };
+            let wo = need(opt(O)?, O)?;
+            let post_attn_norm = opt(PostAttnNorm)?;
+            let ffn_norm = opt(FfnNorm)?;
+            let gate = need(opt(Gate)?, Gate)?;
+            let up = need(opt(Up)?, Up)?;
+            let down = need(opt(Down)?, Down)?;
+            let post_ffn_norm = opt(PostFfnNorm)?;
+            let window = config.layer_window(i);
+            let local = window.is_some() && config.features.local_rope.is_some();
+            layers.push(Layer {
+                attn_norm,
+                wq,
+                wk,
+                wv,
+                qkv_bias,
+                qk_norm,
+                wo,
+                post_attn_norm,
+                ffn_norm,
+                gate,
+                up,
+                down,
+                post_ffn_norm,
+                rope: usize::from(local),
+                attention: AttentionParams {
+                    num_heads: config.num_heads,
+                    num_kv_heads: config.num_kv_heads,
+                    head_dim: config.head_dim,
+                    scale: config
+                        .features
+                        .attention_scale
+                        .unwrap_or(1.0 / (config.head_dim as f32).sqrt()),
+                    window,
+                    softcap: config.features.attn_logit_softcap,
                 },
-                wo: l(LayerWeight::O)?,
-                ffn_norm: l(LayerWeight::FfnNorm)?,
-                gate: l(LayerWeight::Gate)?,
-                up: l(LayerWeight::Up)?,
-                down: l(LayerWeight::Down)?,
             });
         }
-        let cos_sin = HostTensor::new(
-            vec![max_model_len, config.head_dim],
-            config.rope_cos_sin(max_model_len),
-        );
-        Ok(LlamaModel {
+        let mut rope_tables = Vec::new();
+        for rope in std::iter::once(&config.rope).chain(&config.features.local_rope) {
+            let table = HostTensor::new(
+                vec![max_model_len, rope.rotary_dim],
+                rope.cos_sin(max_model_len),
+            );
+            rope_tables.push(backend.upload(&table)?);
+        }
+        Ok(Model {
             config: config.clone(),
             max_model_len,
             embed,
             lm_head,
             final_norm,
             layers,
-            cos_sin: backend.upload(&cos_sin)?,
+            rope_tables,
             tp: TensorParallel::single(),
         })
     }
@@ -290,7 +327,14 @@ impl<B: Backend> LlamaModel<B> {
         let last = backend.gather_logit_rows(&x, &meta)?;
         let c = &self.config;
         let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
-        backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))
+        let mut logits = backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))?;
+        if let Some(s) = c.features.logits_scale {
+            backend.scale(&mut logits, s)?;
+        }
+        if let Some(cap) = c.features.final_logit_softcap {
+            backend.softcap(&mut logits, cap)?;
+        }
+        Ok(logits)
     }
 
     /// Every layer of one step, without the logits: the hidden states `[num_tokens, hidden]`
@@ -324,43 +368,106 @@ impl<B: Backend> LlamaModel<B> {
         kv: &mut B::KvCache,
     ) -> Result<B::Tensor> {
         let c = &self.config;
-        let attn = AttentionParams {
-            num_heads: c.num_heads,
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-            scale: 1.0 / (c.head_dim as f32).sqrt(),
-        };
+        let eps = c.rms_norm_eps;
         let mut x = backend.embedding(&self.embed, meta)?;
+        if let Some(s) = c.features.embedding_scale {
+            backend.scale(&mut x, s)?;
+        }
         for (i, l) in self.layers.iter().enumerate() {
-            let h = backend.rms_norm(&x, &l.attn_norm, c.rms_norm_eps)?;
+            let normed = l
+                .attn_norm
+                .as_ref()
+                .map(|n| backend.rms_norm(&x, n, eps))
+                .transpose()?;
+            let h = normed.as_ref().unwrap_or(&x);
             let [mut q, mut k, mut v] =
-                outputs(backend, backend.matmul_many(&h, &[&l.wq, &l.wk, &l.wv])?)?;
+                outputs(backend, backend.matmul_many(h, &[&l.wq, &l.wk, &l.wv])?)?;
             if let Some((bq, bk, bv)) = &l.qkv_bias {
                 backend.add_bias(&mut q, bq)?;
                 backend.add_bias(&mut k, bk)?;
                 backend.add_bias(&mut v, bv)?;
             }
-            backend.rope(&mut q, meta, &self.cos_sin, c.head_dim, c.rope_style)?;
-            backend.rope(&mut k, meta, &self.cos_sin, c.head_dim, c.rope_style)?;
+            if let Some((nq, nk)) = &l.qk_norm {
+                // A `head_dim` weight normalizes each head; a whole-width one the projection.
+                q = backend.rms_norm(&q, nq, eps)?;
+                k = backend.rms_norm(&k, nk, eps)?;
+            }
+            let table = &self.rope_tables[l.rope];
+            backend.rope(&mut q, meta, table, c.head_dim, c.rope_style)?;
+            backend.rope(&mut k, meta, table, c.head_dim, c.rope_style)?;
             backend.write_kv(kv, i, &k, &v, meta)?;
-            let a = backend.paged_attention(&q, kv, i, meta, &attn)?;
-            let mut o = backend.matmul(&a, &l.wo)?;
-            if self.tp.is_parallel() {
-                backend.all_reduce_sum(&mut o)?;
-            }
-            backend.add_assign(&mut x, &o)?;
+            let a = backend.paged_attention(&q, kv, i, meta, &l.attention)?;
+            let o = backend.matmul(&a, &l.wo)?;
+            self.residual(backend, &mut x, o, l.post_attn_norm.as_ref())?;
 
-            let h = backend.rms_norm(&x, &l.ffn_norm, c.rms_norm_eps)?;
-            let [gate, up] = outputs(backend, backend.matmul_many(&h, &[&l.gate, &l.up])?)?;
-            let act = backend.silu_mul(&gate, &up)?;
-            let mut down = backend.matmul(&act, &l.down)?;
-            if self.tp.is_parallel() {
-                backend.all_reduce_sum(&mut down)?;
-            }
-            backend.add_assign(&mut x, &down)?;
+            let normed = l
+                .ffn_norm
+                .as_ref()
+                .map(|n| backend.rms_norm(&x, n, eps))
+                .transpose()?;
+            let h = normed.as_ref().unwrap_or(&x);
+            let [gate, up] = outputs(backend, backend.matmul_many(h, &[&l.gate, &l.up])?)?;
+            let act = match c.features.activation {
+                Activation::Silu => backend.silu_mul(&gate, &up)?,
+                Activation::GeluTanh => backend.gelu_tanh_mul(&gate, &up)?,
+            };
+            let down = backend.matmul(&act, &l.down)?;
+            self.residual(backend, &mut x, down, l.post_ffn_norm.as_ref())?;
         }
         Ok(x)
     }
+
+    /// `x += scale · norm(out)`: a branch's output summed over the ranks (row-parallel
+    /// o_proj and down_proj), normed where the family norms after, scaled where it scales.
+    fn residual(
+        &self,
+        backend: &B,
+        x: &mut B::Tensor,
+        mut out: B::Tensor,
+        post_norm: Option<&B::Tensor>,
+    ) -> Result<()> {
+        if self.tp.is_parallel() {
+            backend.all_reduce_sum(&mut out)?;
+        }
+        if let Some(n) = post_norm {
+            out = backend.rms_norm(&out, n, self.config.rms_norm_eps)?;
+        }
+        if let Some(s) = self.config.features.residual_scale {
+            backend.scale(&mut out, s)?;
+        }
+        backend.add_assign(x, &out)
+    }
+}
+
+/// The per-layer weights a config's features call for, in load order.
+fn layer_weights(c: &ModelConfig) -> Vec<LayerWeight> {
+    use LayerWeight::*;
+    let f = &c.features;
+    let pre = f.norm_placement != NormPlacement::Post;
+    let post = f.norm_placement != NormPlacement::Pre;
+    let mut w = Vec::new();
+    if pre {
+        w.push(AttnNorm);
+    }
+    w.extend([Q, K, V]);
+    if c.attention_bias {
+        w.extend([QBias, KBias, VBias]);
+    }
+    if f.qk_norm.is_some() {
+        w.extend([QNorm, KNorm]);
+    }
+    w.push(O);
+    if post {
+        w.push(PostAttnNorm);
+    }
+    if pre {
+        w.push(FfnNorm);
+    }
+    w.extend([Gate, Up, Down]);
+    if post {
+        w.push(PostFfnNorm);
+    }
+    w
 }
 
 /// `matmul_many`'s outputs as an array of the count asked for.

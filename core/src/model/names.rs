@@ -1,0 +1,185 @@
+//! Where each canonical weight lives in a file: its tensor name in HF checkpoints and in GGUF
+//! (as llama.cpp's converter names it), or a row range of a fused projection (Phi-3's
+//! `qkv_proj` and `gate_up_proj`). A family lists only the names that differ from Llama's.
+
+use std::ops::Range;
+
+use crate::config::ModelConfig;
+use crate::weights::{LayerWeight, WeightName};
+
+/// The two file formats' naming schemes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// HF safetensors (`model.layers.{i}.self_attn.q_proj.weight`).
+    Hf,
+    /// GGUF (`blk.{i}.attn_q.weight`).
+    Gguf,
+}
+
+/// A canonical weight's place: a whole tensor, or rows of one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorLoc {
+    pub name: String,
+    pub rows: Option<Range<usize>>,
+}
+
+/// A family's tensor names.
+pub struct TensorNames {
+    /// Per-layer HF names (after `model.layers.{i}.`) that differ from Llama's.
+    pub hf: &'static [(LayerWeight, &'static str)],
+    /// Per-layer GGUF names (after `blk.{i}.`) that differ from llama.cpp's Llama names.
+    pub gguf: &'static [(LayerWeight, &'static str)],
+    /// Q, K and V are row ranges of one fused projection, and gate and up of another.
+    pub fused: bool,
+}
+
+impl TensorNames {
+    /// Llama's names: most families need nothing else.
+    pub const LLAMA: TensorNames = TensorNames {
+        hf: &[],
+        gguf: &[],
+        fused: false,
+    };
+
+    fn layer_name(&self, format: Format, lw: LayerWeight) -> &'static str {
+        let overrides = match format {
+            Format::Hf => self.hf,
+            Format::Gguf => self.gguf,
+        };
+        if let Some((_, name)) = overrides.iter().find(|(w, _)| *w == lw) {
+            return name;
+        }
+        use LayerWeight::*;
+        match format {
+            Format::Hf => match lw {
+                AttnNorm => "input_layernorm.weight",
+                Q => "self_attn.q_proj.weight",
+                K => "self_attn.k_proj.weight",
+                V => "self_attn.v_proj.weight",
+                QBias => "self_attn.q_proj.bias",
+                KBias => "self_attn.k_proj.bias",
+                VBias => "self_attn.v_proj.bias",
+                QNorm => "self_attn.q_norm.weight",
+                KNorm => "self_attn.k_norm.weight",
+                O => "self_attn.o_proj.weight",
+                PostAttnNorm => "post_attention_layernorm.weight",
+                FfnNorm => "post_attention_layernorm.weight",
+                Gate => "mlp.gate_proj.weight",
+                Up => "mlp.up_proj.weight",
+                Down => "mlp.down_proj.weight",
+                PostFfnNorm => "post_feedforward_layernorm.weight",
+            },
+            Format::Gguf => match lw {
+                AttnNorm => "attn_norm.weight",
+                Q => "attn_q.weight",
+                K => "attn_k.weight",
+                V => "attn_v.weight",
+                QBias => "attn_q.bias",
+                KBias => "attn_k.bias",
+                VBias => "attn_v.bias",
+                QNorm => "attn_q_norm.weight",
+                KNorm => "attn_k_norm.weight",
+                O => "attn_output.weight",
+                PostAttnNorm => "post_attention_norm.weight",
+                FfnNorm => "ffn_norm.weight",
+                Gate => "ffn_gate.weight",
+                Up => "ffn_up.weight",
+                Down => "ffn_down.weight",
+                PostFfnNorm => "post_ffw_norm.weight",
+            },
+        }
+    }
+
+    /// Where `w` lives in a file of `format` for a model of config `c`.
+    pub fn locate(&self, format: Format, c: &ModelConfig, w: WeightName) -> TensorLoc {
+        let whole = |name: String| TensorLoc { name, rows: None };
+        let (i, lw) = match w {
+            WeightName::Layer(i, lw) => (i, lw),
+            other => {
+                return whole(
+                    match (format, other) {
+                        (Format::Hf, WeightName::Embed) => "model.embed_tokens.weight",
+                        (Format::Hf, WeightName::FinalNorm) => "model.norm.weight",
+                        (Format::Hf, _) => "lm_head.weight",
+                        (Format::Gguf, WeightName::Embed) => "token_embd.weight",
+                        (Format::Gguf, WeightName::FinalNorm) => "output_norm.weight",
+                        (Format::Gguf, _) => "output.weight",
+                    }
+                    .to_string(),
+                )
+            }
+        };
+        let prefix = match format {
+            Format::Hf => format!("model.layers.{i}."),
+            Format::Gguf => format!("blk.{i}."),
+        };
+        if self.fused {
+            let (q, kv, ff) = (c.q_dim(), c.kv_dim(), c.intermediate_size);
+            let (qkv, gate_up) = match format {
+                Format::Hf => ("self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"),
+                Format::Gguf => ("attn_qkv.weight", "ffn_up.weight"),
+            };
+            let part = |name: &str, rows: Range<usize>| TensorLoc {
+                name: format!("{prefix}{name}"),
+                rows: Some(rows),
+            };
+            match lw {
+                LayerWeight::Q => return part(qkv, 0..q),
+                LayerWeight::K => return part(qkv, q..q + kv),
+                LayerWeight::V => return part(qkv, q + kv..q + 2 * kv),
+                LayerWeight::Gate => return part(gate_up, 0..ff),
+                LayerWeight::Up => return part(gate_up, ff..2 * ff),
+                _ => {}
+            }
+        }
+        whole(format!("{prefix}{}", self.layer_name(format, lw)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_projections_are_row_ranges() {
+        let mut c = ModelConfig::test_llama(4, 2, 8, 24);
+        c.num_layers = 2;
+        let fused = TensorNames {
+            hf: &[],
+            gguf: &[],
+            fused: true,
+        };
+        let k = fused.locate(Format::Hf, &c, WeightName::Layer(1, LayerWeight::K));
+        assert_eq!(k.name, "model.layers.1.self_attn.qkv_proj.weight");
+        assert_eq!(k.rows, Some(32..48));
+        let up = fused.locate(Format::Gguf, &c, WeightName::Layer(0, LayerWeight::Up));
+        assert_eq!(
+            (up.name.as_str(), up.rows),
+            ("blk.0.ffn_up.weight", Some(24..48))
+        );
+        let o = fused.locate(Format::Gguf, &c, WeightName::Layer(0, LayerWeight::O));
+        assert_eq!(
+            (o.name.as_str(), o.rows),
+            ("blk.0.attn_output.weight", None)
+        );
+    }
+
+    #[test]
+    fn overrides_replace_llama_names() {
+        let c = ModelConfig::test_llama(4, 2, 8, 24);
+        let gemma = TensorNames {
+            hf: &[(LayerWeight::FfnNorm, "pre_feedforward_layernorm.weight")],
+            gguf: &[],
+            fused: false,
+        };
+        let at = |w| gemma.locate(Format::Hf, &c, WeightName::Layer(0, w)).name;
+        assert_eq!(
+            at(LayerWeight::FfnNorm),
+            "model.layers.0.pre_feedforward_layernorm.weight"
+        );
+        assert_eq!(
+            at(LayerWeight::PostAttnNorm),
+            "model.layers.0.post_attention_layernorm.weight"
+        );
+    }
+}

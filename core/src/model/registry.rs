@@ -1,0 +1,208 @@
+//! The model registry: from a config.json's `model_type` / `architectures` or a GGUF's
+//! `general.architecture` to the family that runs it. Adding a dense family is a file in
+//! `families/` and a line in `FAMILIES`.
+
+use super::families;
+use super::names::TensorNames;
+use crate::config::ModelConfig;
+use crate::error::{InferError, Result};
+use crate::gguf::GgufFile;
+use crate::hf::HfConfig;
+use crate::rope::RopeStyle;
+
+/// The families infer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    Gemma2,
+    Gemma3,
+    Phi3,
+    Granite,
+    Olmo2,
+}
+
+/// How one family reads its config and names its tensors.
+pub struct FamilySpec {
+    pub family: Family,
+    /// The registry name, also `ModelConfig::architecture`.
+    pub name: &'static str,
+    /// config.json `model_type`s and `architectures` entries that are this family.
+    pub hf_model_types: &'static [&'static str],
+    pub hf_architectures: &'static [&'static str],
+    /// GGUF `general.architecture` values that are this family.
+    pub gguf_archs: &'static [&'static str],
+    /// GGUF Q/K row layout: llama.cpp's converter permutes Q/K rows only for its Llama-derived
+    /// model classes.
+    pub gguf_rope_style: RopeStyle,
+    /// config.json keys beyond the common ones that this family reads (its features); any
+    /// other key that changes the math is refused by name (`hf::MATH_KEYS`).
+    pub hf_keys: &'static [&'static str],
+    /// Sets the family's features from config.json (the common fields are already read).
+    pub hf_features: fn(&HfConfig, &mut ModelConfig) -> Result<()>,
+    /// Sets the family's features from GGUF metadata.
+    pub gguf_features: fn(&GgufFile, &mut ModelConfig) -> Result<()>,
+    pub names: TensorNames,
+}
+
+impl std::fmt::Debug for FamilySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FamilySpec({})", self.name)
+    }
+}
+
+/// Every family, in the order errors list them.
+pub const FAMILIES: &[&FamilySpec] = &[
+    &families::llama::SPEC,
+    &families::mistral::SPEC,
+    &families::qwen2::SPEC,
+    &families::qwen3::SPEC,
+    &families::gemma2::SPEC,
+    &families::gemma3::SPEC,
+    &families::phi3::SPEC,
+    &families::granite::SPEC,
+    &families::olmo2::SPEC,
+];
+
+/// Architectures users download that we do not run, with what they are, so the error says
+/// more than "unknown".
+const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
+    ("mixtral", "a mixture-of-experts model"),
+    ("qwen2_moe", "a mixture-of-experts model"),
+    ("qwen2moe", "a mixture-of-experts model"),
+    ("qwen3_moe", "a mixture-of-experts model"),
+    ("qwen3moe", "a mixture-of-experts model"),
+    ("gpt_oss", "a mixture-of-experts model"),
+    ("gpt-oss", "a mixture-of-experts model"),
+    (
+        "deepseek_v2",
+        "a mixture-of-experts model with latent attention",
+    ),
+    (
+        "deepseek_v3",
+        "a mixture-of-experts model with latent attention",
+    ),
+    (
+        "deepseek2",
+        "a mixture-of-experts model with latent attention",
+    ),
+    ("granitemoe", "a mixture-of-experts model"),
+    ("olmoe", "a mixture-of-experts model"),
+    ("gemma3n", "Gemma 3n (per-layer embeddings, AltUp)"),
+    ("gemma", "Gemma 1"),
+    ("phi", "Phi-1/2 (parallel attention, LayerNorm)"),
+    ("phi2", "Phi-1/2 (parallel attention, LayerNorm)"),
+    ("stablelm", "StableLM (LayerNorm, partial rotary)"),
+    ("gpt_neox", "GPT-NeoX (LayerNorm, parallel residual)"),
+    ("gptneox", "GPT-NeoX (LayerNorm, parallel residual)"),
+    ("gpt2", "GPT-2 (LayerNorm, learned positions)"),
+];
+
+impl Family {
+    pub fn spec(self) -> &'static FamilySpec {
+        FAMILIES
+            .iter()
+            .find(|s| s.family == self)
+            .copied()
+            .unwrap_or(&families::llama::SPEC)
+    }
+}
+
+/// The supported families, for error messages.
+pub fn supported_list() -> String {
+    FAMILIES
+        .iter()
+        .map(|s| s.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn unsupported(name: &str, why: &str) -> InferError {
+    let why = KNOWN_UNSUPPORTED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, w)| *w)
+        .or((!why.is_empty()).then_some(why))
+        .map(|w| format!(": {w}"))
+        .unwrap_or_default();
+    InferError::UnsupportedArchitecture {
+        name: name.to_string(),
+        why,
+        supported: supported_list(),
+    }
+}
+
+/// The family of a config.json: `model_type` first, then `architectures`.
+pub fn by_hf(model_type: Option<&str>, architectures: &[String]) -> Result<&'static FamilySpec> {
+    if let Some(t) = model_type {
+        return FAMILIES
+            .iter()
+            .find(|s| s.hf_model_types.contains(&t))
+            .copied()
+            .ok_or_else(|| unsupported(t, ""));
+    }
+    for a in architectures {
+        if let Some(s) = FAMILIES
+            .iter()
+            .find(|s| s.hf_architectures.contains(&a.as_str()))
+        {
+            return Ok(s);
+        }
+    }
+    Err(unsupported(
+        architectures.first().map_or("(none)", |s| s.as_str()),
+        "",
+    ))
+}
+
+/// The family of a GGUF `general.architecture`. A file that declares experts is refused as a
+/// mixture of experts whatever its architecture says (llama.cpp writes Mixtral as `llama`).
+pub fn by_gguf(arch: &str, expert_count: Option<u64>) -> Result<&'static FamilySpec> {
+    if expert_count.is_some_and(|n| n > 0) {
+        return Err(unsupported(
+            arch,
+            "a mixture-of-experts model (its metadata sets `expert_count`)",
+        ));
+    }
+    FAMILIES
+        .iter()
+        .find(|s| s.gguf_archs.contains(&arch))
+        .copied()
+        .ok_or_else(|| unsupported(arch, ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_found_by_its_names() {
+        for spec in FAMILIES {
+            assert_eq!(spec.family.spec().name, spec.name);
+            for t in spec.hf_model_types {
+                assert_eq!(by_hf(Some(t), &[]).unwrap().family, spec.family);
+            }
+            for a in spec.gguf_archs {
+                assert_eq!(by_gguf(a, None).unwrap().family, spec.family);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_and_moe_architectures_are_named() {
+        let e = by_hf(Some("qwen3_moe"), &[]).unwrap_err().to_string();
+        assert!(e.contains("`qwen3_moe`: a mixture-of-experts model"), "{e}");
+        assert!(e.contains("qwen3, gemma2"), "{e}");
+        let e = by_gguf("llama", Some(8)).unwrap_err().to_string();
+        assert!(
+            e.contains("mixture-of-experts") && e.contains("expert_count"),
+            "{e}"
+        );
+        let e = by_hf(None, &["FooForCausalLM".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`FooForCausalLM`"), "{e}");
+    }
+}
