@@ -269,10 +269,13 @@ impl HfConfig {
                 continue;
             };
             let neutral: Value = serde_json::from_str(neutral).unwrap_or(Value::Null);
-            let same = match (v, &neutral) {
-                (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
-                _ => *v == neutral,
-            };
+            // Absent, null or the neutral value: the math is Llama's.
+            let same = v.is_null()
+                || match (v, &neutral) {
+                    (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+                    (Value::Bool(false), Value::Null) => true,
+                    _ => *v == neutral,
+                };
             if !same {
                 return Err(self.bad(format!(
                     "`{key}` = {v} changes the model's math and {} models do not have it; refusing rather than ignoring it",

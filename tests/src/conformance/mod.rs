@@ -6,6 +6,7 @@
 mod attention;
 mod dense;
 mod engine;
+pub mod families;
 
 pub use attention::{check_attention, check_block_copies, check_rope};
 pub use dense::{check_dense_ops, check_matmul, to_f16};
