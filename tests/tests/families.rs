@@ -3,7 +3,9 @@
 //! vocabulary within 1e-4 and greedy tokens equal, alone and batched under preemption.
 
 use infer_cpu::CpuBackend;
-use infer_tests::conformance::families::{check_family, family_cases, FamilyFormat};
+use infer_tests::conformance::families::{
+    check_family, family_cases, load_family, max_logprob_diff, FamilyFormat,
+};
 
 const TOLERANCE: f64 = 1e-4;
 
@@ -17,4 +19,63 @@ fn every_family_matches_transformers_on_the_cpu() {
         }
     }
     eprintln!("max |logprob diff| vs transformers: {}", report.join(", "));
+}
+
+/// Rewrites a transformers ≥ 5 config.json (`rope_parameters`) in the spelling transformers ≤ 4
+/// wrote: `rope_theta`, `partial_rotary_factor` and `rope_local_base_freq` at the top,
+/// `rope_scaling` for the full layers' scaling.
+fn old_spelling(config: &mut serde_json::Value) {
+    let obj = config.as_object_mut().unwrap();
+    let params = obj
+        .remove("rope_parameters")
+        .expect("a transformers 5 config");
+    let (mut full, local) = match params.get("full_attention") {
+        Some(full) => (full.clone(), params.get("sliding_attention").cloned()),
+        None => (params, None),
+    };
+    let full_obj = full.as_object_mut().unwrap();
+    obj.insert("rope_theta".into(), full_obj.remove("rope_theta").unwrap());
+    if let Some(p) = full_obj.remove("partial_rotary_factor") {
+        obj.insert("partial_rotary_factor".into(), p);
+    }
+    if let Some(local) = local {
+        obj.insert("rope_local_base_freq".into(), local["rope_theta"].clone());
+    }
+    if full_obj.get("rope_type").and_then(|t| t.as_str()) != Some("default") {
+        // transformers 4.3x wrote the type as `type` in older files; take that one.
+        let ty = full_obj.remove("rope_type").unwrap();
+        full_obj.insert("type".into(), ty);
+        obj.insert("rope_scaling".into(), full);
+    }
+}
+
+#[test]
+fn both_config_spellings_give_the_same_logits_for_every_family() {
+    for case in family_cases() {
+        let new = case.open(FamilyFormat::Hf);
+        let dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(case.path(FamilyFormat::Hf)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
+        let path = dir.path().join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        old_spelling(&mut config);
+        assert!(config.get("rope_parameters").is_none());
+        std::fs::write(&path, config.to_string()).unwrap();
+        let old = infer_core::open_model(dir.path().to_str().unwrap()).unwrap();
+        assert_eq!(old.config, new.config, "{}: configs differ", case.name);
+        let backend = CpuBackend::new();
+        let (a, b) = (
+            load_family(&backend, &new, &case.name),
+            load_family(&backend, &old, &case.name),
+        );
+        assert_eq!(
+            max_logprob_diff(&backend, &a, &case),
+            max_logprob_diff(&backend, &b, &case),
+            "{}",
+            case.name
+        );
+    }
 }

@@ -100,14 +100,12 @@ impl<B: Backend> Executor for ModelExecutor<B> {
         let Some(batch) = batch else {
             return Ok(nothing);
         };
-        if !self.logits {
+        // Workers leave the logits to rank 0; a step of non-final prefill chunks wants none.
+        if !self.logits || batch.logits_indices.is_empty() {
             self.model.forward_hidden(b, batch, &mut self.kv)?;
             return Ok(nothing);
         }
         let logits = self.model.forward(b, batch, &mut self.kv)?;
-        if batch.logits_indices.is_empty() {
-            return Ok(nothing);
-        }
         b.read_logits(&logits, batch.argmax_only)
     }
 

@@ -46,7 +46,8 @@ pub fn check_matmul<B: Backend>(
     );
 }
 
-/// rms_norm, silu_mul, add_assign, add_bias, embedding (f32 and `upload_matrix` tables),
+/// rms_norm (whole rows and per head), silu_mul, gelu_tanh_mul, scale, softcap, add_assign,
+/// add_bias, embedding (f32 and `upload_matrix` tables),
 /// gather_logit_rows and argmax_to_host (when the backend has it) on `rows x cols`.
 pub fn check_dense_ops<B: Backend>(g: &B, rows: usize, cols: usize, seed: u64, tol: f32) {
     let c = cpu();
@@ -77,6 +78,35 @@ pub fn check_dense_ops<B: Backend>(g: &B, rows: usize, cols: usize, seed: u64, t
         .silu_mul(&up(&c, &shape, &x), &up(&c, &shape, &y))
         .unwrap();
     cmp("silu_mul", &got, &want);
+    // Gate values up to ±6, where GELU-tanh's cubic term matters and tanh saturates.
+    let big: Vec<f32> = x.iter().map(|v| v * 6.0).collect();
+    let got = g
+        .gelu_tanh_mul(&up(g, &shape, &big), &up(g, &shape, &y))
+        .unwrap();
+    let want = c
+        .gelu_tanh_mul(&up(&c, &shape, &big), &up(&c, &shape, &y))
+        .unwrap();
+    cmp("gelu_tanh_mul", &got, &want);
+    // Per-head norms: a weight a quarter (or half) of the row wide normalizes each part.
+    let part = if cols % 4 == 0 { cols / 4 } else { cols };
+    let got = g
+        .rms_norm(&up(g, &shape, &x), &up(g, &[part], &wv[..part]), 1e-6)
+        .unwrap();
+    let want = c
+        .rms_norm(&up(&c, &shape, &x), &up(&c, &[part], &wv[..part]), 1e-6)
+        .unwrap();
+    cmp("rms_norm per head", &got, &want);
+    for (what, cap) in [("scale", false), ("softcap", true)] {
+        let (mut got, mut want) = (up(g, &shape, &big), up(&c, &shape, &big));
+        if cap {
+            g.softcap(&mut got, 2.5).unwrap();
+            c.softcap(&mut want, 2.5).unwrap();
+        } else {
+            g.scale(&mut got, -0.37).unwrap();
+            c.scale(&mut want, -0.37).unwrap();
+        }
+        cmp(what, &got, &want);
+    }
     let (mut got, mut want) = (up(g, &shape, &x), up(&c, &shape, &x));
     g.add_assign(&mut got, &up(g, &shape, &y)).unwrap();
     c.add_assign(&mut want, &up(&c, &shape, &y)).unwrap();

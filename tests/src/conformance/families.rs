@@ -103,7 +103,7 @@ pub fn max_logprob_diff<B: Backend>(backend: &B, model: &Model<B>, case: &Family
         all_logits: false,
     };
     let batch = BatchInput::build(&[first], bs).unwrap();
-    model.forward(backend, &batch, &mut kv).unwrap();
+    model.forward_hidden(backend, &batch, &mut kv).unwrap();
     let second = SequenceChunk {
         tokens: &ids[split..],
         num_computed: split,
