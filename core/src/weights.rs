@@ -299,7 +299,8 @@ impl<S: TensorStore> ModelWeights<S> {
         }
     }
 
-    fn locate(&self, w: WeightName) -> TensorLoc {
+    /// Where `w` lives in the file (its tensor name, and rows of a fused one).
+    pub fn locate(&self, w: WeightName) -> TensorLoc {
         self.names.locate(self.store.format(), &self.config, w)
     }
 

@@ -113,8 +113,9 @@ async function load({ model, kvCacheMiB, maxModelLen, cache, modelName }) {
       if (want >= src.size) throw new Error(`${src.name}: the GGUF header runs past the end of the file`);
       want = Math.min(want * 4, src.size);
     }
-    const cfgRange = loader.config_tensor_range();
-    if (cfgRange) loader.set_config_tensor(new Uint8Array(await src.read(cfgRange[0], cfgRange[1])));
+    for (let r = loader.config_tensor_range(); r; r = loader.config_tensor_range()) {
+      loader.set_config_tensor(new Uint8Array(await src.read(r[0], r[1])));
+    }
     const config = JSON.parse(loader.prepare());
     let uploaded = 0;
     for (let r = loader.next_tensor(); r; r = loader.next_tensor()) {

@@ -1,21 +1,26 @@
 //! Loading a GGUF model into WebGPU from JavaScript: the worker reads the file in ranges (from
 //! the network, the browser's cache or a picked `File`), hands the header to `parse_header`,
 //! then each tensor `next_tensor` names to `upload_tensor`, which dequantizes or packs it and
-//! uploads it at once, so wasm memory never holds more than one tensor (the config's
-//! `rope_freqs.weight` aside).
+//! uploads it at once, so wasm memory never holds more than one tensor (the config's RoPE
+//! factor tensors aside). A fused tensor (Phi-3's `attn_qkv`) is read once per part.
 
 use std::sync::Arc;
 
 use infer_core::config::ModelConfig;
 use infer_core::gguf::GgufFile;
 use infer_core::model::upload_weight;
-use infer_core::weights::{WeightName, WeightSource};
+use infer_core::weights::{ModelWeights, WeightName, WeightSource};
 use infer_core::{InferError, Model, Tokenizer};
 use infer_wgpu::{GpuContext, WeightStorage, WgpuBackend, WgpuTensor};
 use wasm_bindgen::prelude::*;
 
-/// The name of the one tensor the config itself may need (llama3 RoPE frequencies).
-const ROPE_FREQS: &str = "rope_freqs.weight";
+/// Tensors the config itself may need before any weight: Llama 3.1's RoPE frequencies and
+/// Phi-3's LongRoPE factors.
+const CONFIG_TENSORS: [&str; 3] = [
+    "rope_freqs.weight",
+    "rope_factors_long.weight",
+    "rope_factors_short.weight",
+];
 
 pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
@@ -23,7 +28,8 @@ pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
 
 /// The parsed model, before its weights are uploaded.
 pub(crate) struct Header {
-    pub gguf: GgufFile,
+    /// The file under its family's tensor names.
+    pub weights: ModelWeights<GgufFile>,
     pub config: ModelConfig,
     pub tokenizer: Arc<Tokenizer>,
     pub has_lm_head: bool,
@@ -34,6 +40,8 @@ pub(crate) struct Header {
 pub struct WebLoader {
     pub(crate) backend: WgpuBackend,
     gguf: Option<GgufFile>,
+    /// Config tensors (of `CONFIG_TENSORS`) already handed over.
+    config_tensors_kept: Vec<&'static str>,
     pub(crate) header: Option<Header>,
     pub(crate) uploaded: Vec<WgpuTensor>,
 }
@@ -50,6 +58,7 @@ impl WebLoader {
         Ok(WebLoader {
             backend,
             gguf: None,
+            config_tensors_kept: Vec::new(),
             header: None,
             uploaded: Vec::new(),
         })
@@ -88,20 +97,35 @@ impl WebLoader {
         }
     }
 
-    /// `[start, end)` of the tensor the config needs before anything else, if any.
-    pub fn config_tensor_range(&self) -> Option<Vec<f64>> {
+    /// The next tensor the config needs before anything else, if any.
+    fn next_config_tensor(&self) -> Option<(&'static str, &GgufFile)> {
         let g = self.gguf.as_ref()?;
-        let info = g.tensors.get(ROPE_FREQS)?;
-        let (a, b) = GgufFile::tensor_range(info);
+        CONFIG_TENSORS
+            .into_iter()
+            .find(|n| g.tensors.contains_key(*n) && !self.config_tensors_kept.contains(n))
+            .map(|n| (n, g))
+    }
+
+    /// `[start, end)` of the next tensor the config needs before anything else, if any: call
+    /// `set_config_tensor` with its bytes until this is `None`.
+    pub fn config_tensor_range(&self) -> Option<Vec<f64>> {
+        let (name, g) = self.next_config_tensor()?;
+        let (a, b) = GgufFile::tensor_range(g.tensors.get(name)?);
         Some(vec![a as f64, b as f64])
     }
 
     pub fn set_config_tensor(&mut self, bytes: Vec<u8>) -> Result<(), JsError> {
+        let name = self
+            .next_config_tensor()
+            .map(|(n, _)| n)
+            .ok_or_else(|| js_err("no config tensor is wanted"))?;
         let g = self
             .gguf
             .as_mut()
             .ok_or_else(|| js_err("no header parsed yet"))?;
-        g.keep_tensor(ROPE_FREQS, bytes).map_err(js_err)
+        g.keep_tensor(name, bytes).map_err(js_err)?;
+        self.config_tensors_kept.push(name);
+        Ok(())
     }
 
     /// Reads the config and tokenizer from the header (an unsupported architecture or quant
@@ -113,15 +137,17 @@ impl WebLoader {
             .ok_or_else(|| js_err("no header parsed yet"))?;
         let config = gguf.model_config().map_err(js_err)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf).map_err(js_err)?);
-        let has_lm_head = gguf.contains(WeightName::LmHead);
+        let file_len = gguf.file_len;
+        let weights = ModelWeights::new(gguf, &config);
+        let has_lm_head = weights.contains(WeightName::LmHead);
         let plan = Model::<WgpuBackend>::weight_names(&config, has_lm_head);
         for &w in &plan {
-            let name = gguf.tensor_name(w);
-            let info = gguf.tensors.get(&name).ok_or(InferError::MissingTensor {
-                name,
-                source_name: gguf.source_name(),
-            });
-            info.map_err(js_err)?;
+            if !weights.contains(w) {
+                return Err(js_err(InferError::MissingTensor {
+                    name: weights.tensor_name(w),
+                    source_name: weights.source_name(),
+                }));
+            }
         }
         let json = serde_json::json!({
             "architecture": config.architecture,
@@ -130,11 +156,11 @@ impl WebLoader {
             "vocab_size": config.vocab_size,
             "max_position_embeddings": config.max_position_embeddings,
             "weights": plan.len(),
-            "file_bytes": gguf.file_len,
+            "file_bytes": file_len,
         })
         .to_string();
         self.header = Some(Header {
-            gguf,
+            weights,
             config,
             tokenizer,
             has_lm_head,
@@ -147,7 +173,8 @@ impl WebLoader {
     pub fn next_tensor(&self) -> Option<Vec<f64>> {
         let h = self.header.as_ref()?;
         let w = *h.plan.get(self.uploaded.len())?;
-        let info = h.gguf.tensors.get(&h.gguf.tensor_name(w))?;
+        let name = h.weights.locate(w).name;
+        let info = h.weights.store.tensors.get(&name)?;
         let (a, b) = GgufFile::tensor_range(info);
         Some(vec![a as f64, b as f64])
     }
@@ -163,10 +190,10 @@ impl WebLoader {
             .plan
             .get(self.uploaded.len())
             .ok_or_else(|| js_err("every tensor is already uploaded"))?;
-        let name = h.gguf.tensor_name(w);
-        h.gguf.keep_tensor(&name, bytes).map_err(js_err)?;
-        let uploaded = upload_weight(&self.backend, &h.gguf, &h.config, w);
-        h.gguf.release_tensor(&name);
+        let name = h.weights.locate(w).name;
+        h.weights.store.keep_tensor(&name, bytes).map_err(js_err)?;
+        let uploaded = upload_weight(&self.backend, &h.weights, &h.config, w);
+        h.weights.store.release_tensor(&name);
         let t = uploaded.map_err(js_err)?;
         self.backend.context().take_errors().map_err(js_err)?;
         self.uploaded.push(t);
