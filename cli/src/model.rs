@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use infer_core::dummy::{open_dummy_config, DummyWeights};
+use infer_core::gguf::GgmlType;
 use infer_core::parallel::run_worker;
 use infer_core::{
     open_model, Backend, Engine, Executor, Model, ModelFiles, TensorParallel, Tokenizer,
@@ -92,6 +93,16 @@ fn load_progress() -> ProgressBar {
     )
 }
 
+/// The type of dummy weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DummyDtype {
+    F32,
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q8_0")]
+    Q8_0,
+}
+
 /// Where the weights come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LoadFormat {
@@ -109,6 +120,9 @@ pub fn load_model<B: Backend>(
     args: &ModelArgs,
     tp: TensorParallel,
 ) -> Result<(Model<B>, Tokenizer)> {
+    if args.load_format != LoadFormat::Dummy && args.dummy_dtype != DummyDtype::F32 {
+        bail!("--dummy-dtype applies only with --load-format dummy");
+    }
     let (config, weights, tokenizer): (_, Box<dyn WeightSource>, _) = match args.load_format {
         LoadFormat::Auto => {
             let ModelFiles {
@@ -123,7 +137,13 @@ pub fn load_model<B: Backend>(
         LoadFormat::Dummy => {
             let (config, tokenizer) = open_dummy_config(&args.model)?;
             tracing::info!(model = %args.model, backend = backend.name(), "random (dummy) weights");
-            let weights = Box::new(DummyWeights::new(config.clone(), 0));
+            let weights = DummyWeights::new(config.clone(), 0);
+            let weights = match args.dummy_dtype {
+                DummyDtype::F32 => weights,
+                DummyDtype::Q4_0 => weights.packed(GgmlType::Q4_0)?,
+                DummyDtype::Q8_0 => weights.packed(GgmlType::Q8_0)?,
+            };
+            let weights = Box::new(weights);
             (config, weights, tokenizer)
         }
     };
@@ -191,6 +211,10 @@ pub struct ModelArgs {
     pub model: String,
     #[arg(long, value_enum, default_value = "auto")]
     pub load_format: LoadFormat,
+    /// With `--load-format dummy`: the type of the random matrices (q4_0 / q8_0 fit real-size
+    /// models in a small machine's memory).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dummy_dtype: DummyDtype,
     /// Take the tokenizer from this model instead (GGUF, HF dir or hub id).
     #[arg(long)]
     pub tokenizer: Option<String>,

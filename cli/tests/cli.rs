@@ -146,6 +146,21 @@ fn unsupported_architecture() {
     w.meta("general.architecture", Meta::Str("gpt2".into()));
     let p = write(dir.path(), "gpt2.gguf", &w.to_bytes());
     expect_error(&p, &[], "unsupported architecture `gpt2`");
+    expect_error(
+        &p,
+        &[],
+        "supported: llama, mistral, qwen2, qwen3, gemma2, gemma3",
+    );
+    // llama.cpp writes Mixtral as arch `llama` with experts: refused as what it is, not with
+    // a missing tensor.
+    let mut w = tiny_llama(1);
+    w.meta("llama.expert_count", Meta::U32(8));
+    let p = write(dir.path(), "mixtral.gguf", &w.to_bytes());
+    expect_error(
+        &p,
+        &[],
+        "a mixture-of-experts model (its metadata sets `expert_count`)",
+    );
 }
 
 #[test]
@@ -273,6 +288,27 @@ fn corrupt_safetensors_directory() {
         dir.path().to_str().unwrap(),
         &[],
         "unsupported architecture `gpt_neox`",
+    );
+    std::fs::write(
+        dir.path().join("config.json"),
+        cfg.replace("\"llama\"", "\"qwen3_moe\""),
+    )
+    .unwrap();
+    expect_error(
+        dir.path().to_str().unwrap(),
+        &[],
+        "`qwen3_moe`: a mixture-of-experts model",
+    );
+    // A key that changes the math and the family does not have: refused by name.
+    std::fs::write(
+        dir.path().join("config.json"),
+        cfg.replace("{", "{\"attn_logit_softcapping\": 30.0, "),
+    )
+    .unwrap();
+    expect_error(
+        dir.path().to_str().unwrap(),
+        &[],
+        "`attn_logit_softcapping` = 30.0 changes the model's math",
     );
 }
 

@@ -111,3 +111,53 @@ fn a_config_without_weights_runs_with_random_weights() {
         "{stderr}"
     );
 }
+
+/// The committed real-size configs of each family (configs/) load with random Q4_0 matrices
+/// and step: every shape at scale (Qwen3's free head_dim, Gemma 3's 256-wide heads and 262K
+/// vocabulary, Phi-4-mini's fused projections and partial LongRoPE, Granite's multipliers,
+/// OLMo 2's whole-projection norms) goes through the forward once.
+#[test]
+fn real_size_configs_of_every_family_step_with_q4_0_dummy_weights() {
+    let tok = smollm2_path();
+    for name in [
+        "qwen3-8b",
+        "gemma-3-4b",
+        "phi-4-mini",
+        "granite-3-8b",
+        "olmo-2-7b",
+    ] {
+        let config = infer_tests::workspace_root().join(format!("configs/{name}/config.json"));
+        let out = Command::new(env!("CARGO_BIN_EXE_infer"))
+            .args(["generate", "--model", config.to_str().unwrap()])
+            .args(["--load-format", "dummy", "--dummy-dtype", "q4_0"])
+            .args(["--tokenizer", &tok, "--prompt", "Hello there"])
+            .args(["--max-tokens", "2", "--ignore-eos", "--temperature", "0"])
+            .args(["--max-model-len", "256", "--json"])
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["token_ids"].as_array().unwrap().len(), 2, "{name}: {v}");
+    }
+}
+
+#[test]
+fn dummy_dtype_without_dummy_weights_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_infer"))
+        .args(["generate", "--model", &smollm2_path(), "--prompt", "x"])
+        .args(["--dummy-dtype", "q4_0"])
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--dummy-dtype applies only with --load-format dummy"),
+        "{stderr}"
+    );
+}

@@ -42,7 +42,8 @@ impl BlockManager {
     /// same tokens (a recomputed group member sharing its first member's prompt).
     pub fn shared_prefix(&self, seq: SeqId, num_blocks: usize) -> Result<PrefixHit> {
         let s = self.seq(seq)?;
-        if s.on_host || num_blocks > s.table.len() {
+        // Released blocks are another sequence's now: nothing before the live ones is shared.
+        if s.on_host || num_blocks > s.table.len() || (num_blocks > 0 && s.released > 0) {
             return Err(InferError::KvCache(format!(
                 "sequence {seq} has no {num_blocks} device blocks to share"
             )));
@@ -59,7 +60,7 @@ impl BlockManager {
         self.seqs
             .values()
             .filter(|s| !s.on_host)
-            .map(|s| s.table.len())
+            .map(|s| s.live().len())
             .sum()
     }
 

@@ -4,7 +4,10 @@
 //! blocks, a new prompt shares the cached blocks of a matching prefix. A sequence about to
 //! write into a shared block gets a private copy first (copy-on-write; the manager returns the
 //! copy for the backend to perform). Preempted sequences can move their blocks to host memory
-//! and back (swap). Only the last block of a sequence is ever partly empty.
+//! and back (swap). Only the last block of a sequence is ever partly empty. When every layer
+//! attends within a sliding window, blocks that have left the window are released while the
+//! sequence runs (`release_out_of_window`): the table keeps their entries, which no kernel
+//! reads again, and only the live tail counts.
 
 mod groups;
 mod pool;
@@ -48,9 +51,19 @@ pub fn check_copies(
 #[derive(Debug, Clone, Default)]
 struct SeqBlocks {
     table: Vec<BlockId>,
+    /// Leading entries of `table` given back to the pool (out of every layer's window): stale
+    /// ids that no kernel reads, skipped by every reference count.
+    released: usize,
     on_host: bool,
     /// Hashes of the leading full blocks (prefix caching on).
     hashes: Vec<BlockHash>,
+}
+
+impl SeqBlocks {
+    /// The entries the sequence still holds.
+    fn live(&self) -> &[BlockId] {
+        &self.table[self.released..]
+    }
 }
 
 /// Cached leading blocks of a prompt, found by `BlockManager::find_cached_prefix`.
@@ -84,6 +97,8 @@ pub struct BlockManager {
     /// Blocks kept free when admitting new prompts, so running sequences can grow a while
     /// before anything must be preempted.
     watermark_blocks: usize,
+    /// Every layer's attention window, when all of them slide: older blocks can go.
+    sliding_window: Option<usize>,
 }
 
 impl BlockManager {
@@ -100,7 +115,51 @@ impl BlockManager {
             seqs: HashMap::new(),
             prefix_caching,
             watermark_blocks: num_device_blocks / 100,
+            sliding_window: None,
         }
+    }
+
+    /// Releases blocks once they leave `window` (a model whose every layer slides).
+    pub fn with_sliding_window(self, window: Option<usize>) -> Self {
+        BlockManager {
+            sliding_window: window.filter(|&w| w > 0),
+            ..self
+        }
+    }
+
+    /// Gives back the device blocks of `seq` that no query from position `num_computed` on
+    /// can see: with a window W, the next query sees keys from `num_computed + 1 - W`.
+    /// Returns how many blocks went back. A cached block stays findable by later prompts.
+    pub fn release_out_of_window(&mut self, seq: SeqId, num_computed: usize) -> usize {
+        let Some(window) = self.sliding_window else {
+            return 0;
+        };
+        let Some(s) = self.seqs.get_mut(&seq) else {
+            return 0;
+        };
+        if s.on_host {
+            return 0;
+        }
+        let first_needed = (num_computed + 1).saturating_sub(window) / self.block_size;
+        // Only full, registered blocks are released (the hashes cover them with caching on).
+        let upto = first_needed.min(s.table.len());
+        let upto = if self.prefix_caching {
+            upto.min(s.hashes.len())
+        } else {
+            upto
+        };
+        let mut n = 0;
+        while s.released < upto {
+            self.device.decref(s.table[s.released]);
+            s.released += 1;
+            n += 1;
+        }
+        n
+    }
+
+    /// Leading blocks of `seq` already given back (see `release_out_of_window`).
+    pub fn num_released(&self, seq: SeqId) -> usize {
+        self.seqs.get(&seq).map_or(0, |s| s.released)
     }
 
     pub fn block_size(&self) -> usize {
@@ -225,6 +284,7 @@ impl BlockManager {
         }
         let mut s = SeqBlocks {
             table: hit.blocks,
+            released: 0,
             on_host: false,
             hashes: hit.hashes,
         };
@@ -322,7 +382,7 @@ impl BlockManager {
                 "cannot fork sequence {parent} into {child}"
             )));
         }
-        for &b in &s.table {
+        for &b in s.live() {
             self.device.incref(b);
         }
         self.seqs.insert(child, s);
@@ -335,7 +395,7 @@ impl BlockManager {
         let Some(s) = self.seqs.remove(&seq) else {
             return;
         };
-        for &b in s.table.iter().rev() {
+        for &b in s.live().iter().rev() {
             if s.on_host {
                 self.host.decref(b);
             } else {
@@ -356,7 +416,7 @@ impl BlockManager {
         let mut host = vec![0u32; self.host.num_blocks()];
         for (id, s) in &self.seqs {
             let refs = if s.on_host { &mut host } else { &mut device };
-            for &b in &s.table {
+            for &b in s.live() {
                 *refs
                     .get_mut(b as usize)
                     .ok_or_else(|| format!("sequence {id}: block {b} out of range"))? += 1;
@@ -416,7 +476,10 @@ fn register_full_blocks(
             parent,
             tokens: chunk.into(),
         };
-        device.register(s.table[i], key);
+        // A released entry is stale (the block may be another sequence's now): hash only.
+        if i >= s.released {
+            device.register(s.table[i], key);
+        }
         s.hashes.push(hash);
     }
 }

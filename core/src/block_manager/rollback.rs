@@ -18,7 +18,7 @@ impl BlockManager {
                 "sequence {seq}: cannot roll back to {num_tokens} tokens"
             )));
         }
-        let keep = num_tokens.div_ceil(bs);
+        let keep = num_tokens.div_ceil(bs).max(s.released);
         while s.table.len() > keep {
             if let Some(b) = s.table.pop() {
                 device.decref(b);

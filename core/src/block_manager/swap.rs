@@ -18,7 +18,7 @@ impl BlockManager {
                     if on_host { "device" } else { "host" }
                 )));
             }
-            out.extend(s.table.iter().filter(|&&b| seen.insert(b)));
+            out.extend(s.live().iter().filter(|&&b| seen.insert(b)));
         }
         Ok(out)
     }
@@ -62,7 +62,8 @@ impl BlockManager {
             let Some(mut s) = self.seqs.remove(&id) else {
                 return Err(out_of_blocks(id));
             };
-            for b in s.table.iter_mut() {
+            // Released entries stay as they are: stale ids no kernel reads.
+            for b in s.table[s.released..].iter_mut() {
                 let to = match mapping.get(b) {
                     Some(&to) => {
                         self.incref_on(to, to_host);

@@ -21,6 +21,11 @@ pub trait Executor {
     fn wait(&self) -> Result<()> {
         Ok(())
     }
+    /// The attention window of every layer, when all of them slide (Mistral): the engine
+    /// then frees blocks that have left it. `None` keeps every block.
+    fn sliding_window(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Engines over any backend behind one type (the CLI picks the backend at run time).
@@ -35,6 +40,10 @@ impl Executor for Box<dyn Executor> {
 
     fn wait(&self) -> Result<()> {
         (**self).wait()
+    }
+
+    fn sliding_window(&self) -> Option<usize> {
+        (**self).sliding_window()
     }
 }
 
@@ -111,5 +120,10 @@ impl<B: Backend> Executor for ModelExecutor<B> {
 
     fn wait(&self) -> Result<()> {
         self.backend.wait_device()
+    }
+
+    fn sliding_window(&self) -> Option<usize> {
+        let c = self.model.config();
+        c.features.sliding_window.filter(|_| c.all_layers_slide())
     }
 }

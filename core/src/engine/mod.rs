@@ -63,6 +63,8 @@ pub struct EngineStats {
     /// Prompt tokens looked up in the prefix cache (vLLM's `prefix_cache_queries`).
     pub prefix_cache_query_tokens: u64,
     pub preemptions: u64,
+    /// KV blocks freed because every layer's sliding window had left them.
+    pub window_released_blocks: u64,
     /// Prompt tokens computed (recomputation included).
     pub prompt_tokens_computed: u64,
     pub output_tokens: u64,
@@ -135,7 +137,8 @@ impl<E: Executor> Engine<E> {
             config.num_device_blocks,
             config.num_host_blocks,
             config.enable_prefix_caching,
-        );
+        )
+        .with_sliding_window(executor.sliding_window());
         let eos_token_ids = tokenizer
             .as_ref()
             .map(|t| t.eos_token_ids().to_vec())
@@ -297,6 +300,7 @@ impl<E: Executor> Engine<E> {
         let executing = Instant::now();
         let read = self.executor.submit(&plan.cache_ops, batch.as_ref())?;
         self.stats.preemptions += plan.preempted.len() as u64;
+        self.stats.window_released_blocks += plan.released_blocks as u64;
         self.stats.prefix_cache_hit_tokens += plan.prefix_hit_tokens as u64;
         self.stats.prefix_cache_query_tokens += plan.prefix_query_tokens as u64;
         for &(seq, cached) in &plan.prefix_hits {

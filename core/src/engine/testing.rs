@@ -83,6 +83,9 @@ pub struct SimulatedKvExecutor {
     host: Vec<Option<(u32, u32)>>,
     /// Answer `argmax_only` batches with ids, as a GPU backend does.
     pub device_argmax: bool,
+    /// Each row reads only its last `window` positions (a model whose every layer slides),
+    /// so the engine may free older blocks; the rest are never read.
+    pub window: Option<usize>,
 }
 
 impl SimulatedKvExecutor {
@@ -98,6 +101,7 @@ impl SimulatedKvExecutor {
             device: vec![None; num_device_blocks * block_size],
             host: vec![None; num_host_blocks * block_size],
             device_argmax: false,
+            window: None,
         }
     }
 
@@ -139,8 +143,9 @@ impl Executor for SimulatedKvExecutor {
             let table = b.block_table(seq);
             // Causal: the row sees its own token and those before it.
             let len = b.positions[idx as usize] as usize + 1;
-            let mut context = Vec::with_capacity(len);
-            for p in 0..len {
+            let first = self.window.map_or(0, |w| len.saturating_sub(w));
+            let mut context = Vec::with_capacity(len - first);
+            for p in first..len {
                 let slot = table[p / bs] as usize * bs + p % bs;
                 match self.device[slot] {
                     Some((tok, pos)) if pos as usize == p => context.push(tok),
@@ -162,5 +167,9 @@ impl Executor for SimulatedKvExecutor {
             step.rows.clear();
         }
         Ok(PendingLogits::Ready(step))
+    }
+
+    fn sliding_window(&self) -> Option<usize> {
+        self.window
     }
 }

@@ -22,6 +22,8 @@ struct Case {
     prefix_caching: bool,
     /// Speculative decoding: the proposer's kind and k.
     spec: Option<(SpecKind, usize)>,
+    /// Every layer attends within this window: blocks that leave it are freed.
+    window: Option<usize>,
 }
 
 /// Proposers for the property test: the n-gram lookup, a draft that knows the simulated
@@ -36,11 +38,12 @@ pub(super) enum SpecKind {
 /// A request: prompt, max_tokens, the step it arrives at, and the step it is aborted at.
 type Spec = (Vec<u32>, usize, usize, Option<usize>);
 
-fn expected(prompt: &[u32], max_tokens: usize) -> (Vec<u32>, FinishReason) {
+fn expected(prompt: &[u32], max_tokens: usize, window: Option<usize>) -> (Vec<u32>, FinishReason) {
     let mut ctx = prompt.to_vec();
     let max_len = (prompt.len() + max_tokens).min(MAX_MODEL_LEN);
     loop {
-        let t = simulated_next_token(&ctx, VOCAB);
+        let first = window.map_or(0, |w| ctx.len().saturating_sub(w));
+        let t = simulated_next_token(&ctx[first..], VOCAB);
         ctx.push(t);
         if t == STOP {
             return (ctx[prompt.len()..].to_vec(), FinishReason::Stop);
@@ -61,7 +64,9 @@ fn params(max_tokens: usize) -> SamplingParams {
 /// Runs the specs; returns total preemptions, the most sequences ever swapped at once, and
 /// the engine's counters.
 fn run(case: &Case, specs: &[Spec]) -> (u64, usize, EngineStats) {
-    let exec = SimulatedKvExecutor::new(VOCAB, case.block_size, case.num_blocks, case.host_blocks);
+    let mut exec =
+        SimulatedKvExecutor::new(VOCAB, case.block_size, case.num_blocks, case.host_blocks);
+    exec.window = case.window;
     let mut engine = Engine::new(
         exec,
         None,
@@ -135,7 +140,7 @@ fn run(case: &Case, specs: &[Spec]) -> (u64, usize, EngineStats) {
     assert!(!engine.has_unfinished(), "requests never finished");
     for (i, (prompt, max_tokens, _, _)) in specs.iter().enumerate() {
         if let Some((tokens, reason)) = got.get(&i.to_string()) {
-            let (want, want_reason) = expected(prompt, *max_tokens);
+            let (want, want_reason) = expected(prompt, *max_tokens, case.window);
             assert_eq!(tokens, &want, "request {i}");
             assert_eq!(*reason, Some(want_reason), "request {i}");
         }
@@ -184,6 +189,7 @@ proptest! {
             ],
             1usize..6,
         )),
+        window in prop::option::weighted(0.3, 1usize..24),
     ) {
         let case = Case {
             block_size,
@@ -194,6 +200,7 @@ proptest! {
             mode: if swap { PreemptionMode::Swap } else { PreemptionMode::Recompute },
             prefix_caching,
             spec,
+            window,
         };
         run(&case, &specs);
     }
@@ -221,8 +228,32 @@ pub(super) fn crowded_with(
         mode,
         prefix_caching: true,
         spec,
+        window: None,
     };
     run(&case, &specs)
+}
+
+/// A model whose every layer slides: long requests in a crowded pool give back the blocks
+/// their window has left (and still produce their own tokens, every read slot checked).
+#[test]
+fn a_sliding_window_frees_blocks_as_requests_run() {
+    let specs: Vec<Spec> = (0..6)
+        .map(|i| ((0..20 + i).map(|t| t * 7 + i).collect(), 60, 0, None))
+        .collect();
+    let case = Case {
+        block_size: 4,
+        num_blocks: 48,
+        host_blocks: 32,
+        max_num_seqs: 6,
+        max_num_batched_tokens: 16,
+        mode: PreemptionMode::Swap,
+        prefix_caching: true,
+        spec: None,
+        window: Some(8),
+    };
+    let (_, _, stats) = run(&case, &specs);
+    // Each request of ~85 tokens keeps about 3 blocks of its 22: most of them go back.
+    assert!(stats.window_released_blocks >= 6 * 15, "{stats:?}");
 }
 
 #[test]

@@ -105,6 +105,10 @@ impl<E: Executor> Executor for TpExecutor<E> {
     fn wait(&self) -> Result<()> {
         self.local.wait()
     }
+
+    fn sliding_window(&self) -> Option<usize> {
+        self.local.sliding_window()
+    }
 }
 
 /// A worker rank's loop: runs each step rank 0 sends on `executor` (built headless: no

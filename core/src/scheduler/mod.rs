@@ -156,6 +156,8 @@ pub struct SchedulerOutput {
     /// nothing to compute yet: its tokens were all cached or shared).
     pub admitted: usize,
     pub num_batched_tokens: usize,
+    /// Blocks given back because every layer's sliding window had left them.
+    pub released_blocks: usize,
 }
 
 pub struct Scheduler {

@@ -21,6 +21,12 @@ impl Scheduler {
     pub fn schedule(&mut self) -> Result<SchedulerOutput> {
         let mut out = SchedulerOutput::default();
         let mut budget = self.config.max_num_batched_tokens;
+        // Blocks every running sequence's window has left go back before anything grows.
+        for id in &self.running {
+            out.released_blocks += self
+                .blocks
+                .release_out_of_window(*id, self.seqs[id].0.num_computed);
+        }
         // Members rejoining their running group first: the group cannot sample without them.
         self.schedule_waiting(&mut budget, &mut out, true)?;
         self.schedule_running(&mut budget, &mut out)?;
@@ -188,7 +194,12 @@ impl Scheduler {
                 if lead.num_computed < common {
                     return Ok(false);
                 }
-                (None, common / bs)
+                // Blocks the leader's window has left are gone: recompute from the start.
+                if self.blocks.num_released(l) > 0 {
+                    (None, 0)
+                } else {
+                    (None, common / bs)
+                }
             }
         };
         let num_computed = shared_blocks * bs;

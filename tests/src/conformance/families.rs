@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use infer_core::scheduler::{PreemptionMode, SchedulerConfig};
 use infer_core::{
-    open_model, Backend, BatchInput, Engine, EngineConfig, Model, ModelExecutor, ModelFiles,
-    Prompt, SamplingParams, SequenceChunk,
+    open_model, Backend, BatchInput, Engine, EngineConfig, EngineStats, Model, ModelExecutor,
+    ModelFiles, Prompt, SamplingParams, SequenceChunk,
 };
 use serde::Deserialize;
 
@@ -143,7 +143,7 @@ pub fn engine_greedy<B: Backend + 'static>(
     max_tokens: usize,
     blocks: usize,
     mode: PreemptionMode,
-) -> (Vec<Vec<u32>>, u64) {
+) -> (Vec<Vec<u32>>, EngineStats) {
     let config = EngineConfig {
         block_size: 4,
         num_device_blocks: blocks,
@@ -170,7 +170,7 @@ pub fn engine_greedy<B: Backend + 'static>(
         .map(|r| r.first().token_ids.clone())
         .collect();
     engine.scheduler().check_invariants().unwrap();
-    (out, engine.stats().preemptions)
+    (out, engine.stats())
 }
 
 /// `got` equals the reference greedy tokens up to a first difference where the reference's
@@ -240,12 +240,19 @@ pub fn check_family<B: Backend + 'static>(
     for mode in [PreemptionMode::Recompute, PreemptionMode::Swap] {
         // 13 blocks of 4 hold the longest request (48 tokens) and a little more; six requests
         // need about 250 tokens at once.
-        let (got, preemptions) = engine_greedy(make(), model.clone(), &prompts, n, 13, mode);
+        let (got, stats) = engine_greedy(make(), model.clone(), &prompts, n, 13, mode);
         assert!(
-            preemptions > 0,
+            stats.preemptions > 0,
             "{what} {mode:?}: the pool should force preemption"
         );
         assert_eq!(got, want, "{what} {mode:?}: batched differs from alone");
+        // Where every layer slides (Mistral), blocks the window has left go back to the pool.
+        assert_eq!(
+            stats.window_released_blocks > 0,
+            files.config.all_layers_slide(),
+            "{what} {mode:?}: {} blocks released",
+            stats.window_released_blocks
+        );
     }
     diff
 }
