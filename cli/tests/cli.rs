@@ -247,6 +247,12 @@ fn invalid_parameters() {
 fn corrupt_safetensors_directory() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+    expect_error(
+        dir.path().to_str().unwrap(),
+        &[],
+        "`hidden_size` is missing",
+    );
+    std::fs::write(dir.path().join("config.json"), r#"{"model_type": "#).unwrap();
     expect_error(dir.path().to_str().unwrap(), &[], "invalid JSON");
 
     let cfg = r#"{"model_type":"llama","vocab_size":300,"hidden_size":64,"intermediate_size":96,
