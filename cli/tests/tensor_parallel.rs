@@ -370,3 +370,53 @@ fn a_killed_rank_ends_the_group_within_seconds() {
         "{stderr}"
     );
 }
+
+/// Every family's tiny checkpoint (fixtures/families, GGUF: fused Phi-3 projections, per-head
+/// q/k norms, Gemma's sandwich norms and soft-caps, Granite's multipliers, sliding windows) at
+/// tp 2 gives the tp 1 tokens and logprobs; OLMo 2, whose q/k norm spans every head, is
+/// refused by name.
+#[test]
+fn every_family_at_tp2_matches_tp1_or_is_refused_by_name() {
+    let families = infer_tests::fixtures_dir().join("families");
+    for name in [
+        "llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2",
+    ] {
+        let model = families.join(format!("{name}.gguf"));
+        let model = model.to_string_lossy().into_owned();
+        let args = [
+            "generate",
+            "--model",
+            &model,
+            "--prompt",
+            "hello world, hello again",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "8",
+            "--ignore-eos",
+            "--json",
+            "--logprobs",
+            "5",
+            "--prompt-logprobs",
+            "5",
+        ];
+        let reference = json_lines(&run(1, &args));
+        if name == "olmo2" {
+            let out = run(2, &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{name}: tp 2 should be refused");
+            assert!(
+                stderr.contains("normalizes queries and keys over all heads"),
+                "{name}: {stderr}"
+            );
+            continue;
+        }
+        let got = json_lines(&run(2, &args));
+        assert_eq!(got[0]["token_ids"], reference[0]["token_ids"], "{name}");
+        let (mut want, mut have) = (vec![], vec![]);
+        logprobs(&reference[0], &mut want);
+        logprobs(&got[0], &mut have);
+        let worst = max_abs_diff(&have, &want);
+        assert!(worst < 1e-4, "{name}: tp 2 logprobs differ by {worst}");
+    }
+}

@@ -47,14 +47,29 @@ pub(super) fn check(template: &str) -> Result<()> {
         .map_err(|e| InferError::ChatTemplate(format!("{e:#}")))
 }
 
+/// Names the template context sets itself; `chat_template_kwargs` may not set them.
+const RESERVED: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
+
 pub(super) fn render(
     template: &str,
     messages: &[ChatMessage],
     tools: Option<&serde_json::Value>,
+    kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
     add_generation_prompt: bool,
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String> {
+    if let Some(k) = kwargs.and_then(|k| k.keys().find(|k| RESERVED.contains(&k.as_str()))) {
+        return Err(InferError::ChatTemplate(format!(
+            "chat_template_kwargs may not set `{k}`: the request sets it"
+        )));
+    }
     let mut env = Environment::new();
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function(
@@ -70,12 +85,16 @@ pub(super) fn render(
     let err = |e: Error| InferError::ChatTemplate(format!("{e:#}"));
     env.add_template("chat", template).map_err(err)?;
     let tmpl = env.get_template("chat").map_err(err)?;
+    // Extra variables first: the template's own (above, refused in kwargs) complete them.
+    let extra =
+        minijinja::Value::from(minijinja::value::Serde(kwargs.cloned().unwrap_or_default()));
     tmpl.render(context! {
         messages => minijinja::Value::from(minijinja::value::Serde(messages)),
         tools => tools.map(|t| minijinja::Value::from(minijinja::value::Serde(t))),
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
+        ..extra
     })
     .map_err(err)
 }
@@ -173,7 +192,7 @@ mod tests {
         assert!(strftime("%Q", t).is_err());
         let (y, mo, d, ..) = now_utc();
         assert!(y >= 2025 && (1..=12).contains(&mo) && (1..=31).contains(&d));
-        let rendered = render("{{ strftime_now('%Y') }}", &[], None, false, "", "").unwrap();
+        let rendered = render("{{ strftime_now('%Y') }}", &[], None, None, false, "", "").unwrap();
         assert_eq!(rendered, y.to_string());
     }
 
@@ -181,7 +200,16 @@ mod tests {
 
     #[test]
     fn chatml_renders_with_generation_prompt() {
-        let out = render(CHATML, &[ChatMessage::user(" Hi ")], None, true, "", "").unwrap();
+        let out = render(
+            CHATML,
+            &[ChatMessage::user(" Hi ")],
+            None,
+            None,
+            true,
+            "",
+            "",
+        )
+        .unwrap();
         assert_eq!(
             out,
             "<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -193,23 +221,39 @@ mod tests {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
         let t =
             "{% if tools %}{{ tools[0] | tojson }}|{{ tools[0] | tojson(indent=2) }}{% endif %}";
-        let out = render(t, &[], Some(&tools), false, "", "").unwrap();
+        let out = render(t, &[], Some(&tools), None, false, "", "").unwrap();
         assert_eq!(
             out,
             "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}|{\n  \"type\": \"function\",\n  \"function\": {\n    \"name\": \"f\"\n  }\n}"
         );
-        assert_eq!(render(t, &[], None, false, "", "").unwrap(), "");
+        assert_eq!(render(t, &[], None, None, false, "", "").unwrap(), "");
     }
 
     #[test]
     fn raise_exception_and_python_methods_work() {
         let t = "{% if messages[0].role.startswith('x') %}{{ raise_exception('bad role') }}{% endif %}{{ messages[0].content.strip() }}";
         assert_eq!(
-            render(t, &[ChatMessage::user(" a ")], None, false, "", "").unwrap(),
+            render(t, &[ChatMessage::user(" a ")], None, None, false, "", "").unwrap(),
             "a"
         );
         let bad = [ChatMessage::new("xx", "")];
-        let e = render(t, &bad, None, false, "", "").unwrap_err();
+        let e = render(t, &bad, None, None, false, "", "").unwrap_err();
         assert!(e.to_string().contains("bad role"), "{e}");
+    }
+
+    #[test]
+    fn chat_template_kwargs_reach_the_template_and_reserved_names_are_refused() {
+        // The tail of Qwen3's template: an empty thought when thinking is switched off.
+        let t = "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+        let on = render(t, &[], None, None, true, "", "").unwrap();
+        assert_eq!(on, "<|im_start|>assistant\n");
+        let off: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(r#"{"enable_thinking": false}"#).unwrap();
+        let out = render(t, &[], None, Some(&off), true, "", "").unwrap();
+        assert_eq!(out, "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+        let bad: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(r#"{"messages": []}"#).unwrap();
+        let e = render(t, &[], None, Some(&bad), true, "", "").unwrap_err();
+        assert!(e.to_string().contains("may not set `messages`"), "{e}");
     }
 }

@@ -172,6 +172,19 @@ impl Tokenizer {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.apply_chat_template_with(messages, tools, None, add_generation_prompt)
+    }
+
+    /// As `apply_chat_template_with_tools`, with extra template variables (vLLM's
+    /// `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`); they may not set the names
+    /// the call sets itself.
+    pub fn apply_chat_template_with(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let template = self.chat_template.as_deref().ok_or_else(|| {
             InferError::ChatTemplate(
                 "the model has no chat template; drop --chat to use the prompt verbatim".into(),
@@ -181,6 +194,7 @@ impl Tokenizer {
             template,
             messages,
             tools,
+            kwargs,
             add_generation_prompt,
             self.bos_token.as_deref().unwrap_or(""),
             self.eos_token.as_deref().unwrap_or(""),

@@ -278,6 +278,7 @@ impl Served<'_> {
         let text = self.render(
             messages,
             tools.shown.as_ref(),
+            req.chat_template_kwargs.as_ref(),
             req.add_generation_prompt,
             req.continue_final_message,
         )?;
@@ -334,6 +335,7 @@ impl Served<'_> {
         &self,
         messages: Vec<ChatMessage>,
         tools: Option<&serde_json::Value>,
+        kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
         add_generation_prompt: Option<bool>,
         continue_final_message: bool,
     ) -> Result<String, RequestError> {
@@ -349,7 +351,14 @@ impl Served<'_> {
         };
         let template = |open: bool| {
             self.tokenizer
-                .apply_chat_template_with_tools(&messages, tools, open)
+                .apply_chat_template_with(&messages, tools, kwargs, open)
+                .map_err(|e| match (e, kwargs) {
+                    // A template that fails on the request's variables names the field.
+                    (e @ infer_core::InferError::ChatTemplate(_), Some(_)) => {
+                        RequestError::bad_request(e.to_string()).param("chat_template_kwargs")
+                    }
+                    (e, _) => e.into(),
+                })
         };
         if !continue_final_message {
             return Ok(template(add_generation_prompt.unwrap_or(true))?);

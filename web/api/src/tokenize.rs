@@ -10,6 +10,12 @@ impl Served<'_> {
     pub fn tokenize(&self, req: &TokenizeRequest) -> Result<serde_json::Value, RequestError> {
         self.check_model(req.model.as_deref())?;
         let tokens = match (&req.prompt, &req.messages) {
+            (Some(_), None) if req.chat_template_kwargs.is_some() => {
+                return Err(RequestError::bad_request(
+                    "`chat_template_kwargs` go with `messages` (the template reads them), not with `prompt`",
+                )
+                .param("chat_template_kwargs"))
+            }
             (Some(_), None) if req.tools.is_some() => {
                 return Err(RequestError::bad_request(
                     "`tools` go with `messages` (the template shows them), not with `prompt`",
@@ -35,6 +41,7 @@ impl Served<'_> {
                 let text = self.render(
                     messages,
                     tools.as_ref(),
+                    req.chat_template_kwargs.as_ref(),
                     req.add_generation_prompt,
                     req.continue_final_message,
                 )?;

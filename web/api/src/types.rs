@@ -220,6 +220,8 @@ pub struct ChatRequest {
     pub tools: Option<Vec<Tool>>,
     pub tool_choice: Option<ToolChoice>,
     pub parallel_tool_calls: Option<bool>,
+    /// vLLM: extra variables for the chat template (Qwen3's `enable_thinking`, …).
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     #[serde(flatten)]
@@ -289,6 +291,9 @@ pub struct TokenizeRequest {
     /// Messages only: tools shown to the model, as a chat request's `tools`.
     #[serde(default)]
     pub tools: Option<Vec<Tool>>,
+    /// Messages only: extra chat-template variables, as a chat request's.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// Default: true for a prompt, false for messages (the template holds them), as vLLM.
     #[serde(default)]
     pub add_special_tokens: Option<bool>,
