@@ -43,7 +43,7 @@ pub(crate) const NAMES: TensorNames = TensorNames {
 
 /// What every Gemma shares, from either format. `hf_offset`: HF checkpoints store `w` of the
 /// `(1 + w)` norms, llama.cpp's converter `1 + w`.
-pub(crate) fn gemma_common(c: &mut ModelConfig, hf_offset: bool) {
+fn gemma_common(c: &mut ModelConfig, hf_offset: bool) {
     let f = &mut c.features;
     f.norm_placement = NormPlacement::Sandwich;
     f.norm_weight_offset = if hf_offset { 1.0 } else { 0.0 };
@@ -53,7 +53,7 @@ pub(crate) fn gemma_common(c: &mut ModelConfig, hf_offset: bool) {
 
 /// The activation a Gemma config names: only the tanh approximation is what these models
 /// were trained with (`gelu_pytorch_tanh`; transformers maps Gemma's plain `gelu` to it too).
-pub(crate) fn hf_activation(hf: &HfConfig) -> Result<()> {
+fn hf_activation(hf: &HfConfig) -> Result<()> {
     let act = match hf.str("hidden_activation")? {
         Some(a) => Some(a),
         None => hf.str("hidden_act")?,
@@ -67,7 +67,7 @@ pub(crate) fn hf_activation(hf: &HfConfig) -> Result<()> {
 }
 
 /// `query_pre_attn_scalar^-½`, or `1/√head_dim` without one.
-pub(crate) fn hf_attention_scale(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
+fn hf_attention_scale(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     let scalar = hf
         .f64("query_pre_attn_scalar")?
         .unwrap_or(c.head_dim as f64);
@@ -77,7 +77,7 @@ pub(crate) fn hf_attention_scale(hf: &HfConfig, c: &mut ModelConfig) -> Result<(
 
 /// llama.cpp stores no `query_pre_attn_scalar`: like it, take hidden/heads for the 27B shapes
 /// (46 layers for Gemma 2, 62 for Gemma 3), whose scalar is that, and `head_dim` otherwise.
-pub(crate) fn gguf_attention_scale(c: &mut ModelConfig, big_layers: usize) {
+fn gguf_attention_scale(c: &mut ModelConfig, big_layers: usize) {
     let scalar = if c.num_layers == big_layers {
         c.hidden_size / c.num_heads
     } else {
@@ -86,7 +86,13 @@ pub(crate) fn gguf_attention_scale(c: &mut ModelConfig, big_layers: usize) {
     c.features.attention_scale = Some(1.0 / (scalar as f32).sqrt());
 }
 
-fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
+/// Everything a Gemma config.json says (Gemma 3 adds its q/k norms and local RoPE): layers
+/// slide as `layer_types` says, or by `default_layers` without it.
+pub(crate) fn hf_gemma(
+    hf: &HfConfig,
+    c: &mut ModelConfig,
+    default_layers: fn(usize) -> Vec<bool>,
+) -> Result<()> {
     gemma_common(c, true);
     hf_activation(hf)?;
     hf_attention_scale(hf, c)?;
@@ -97,7 +103,29 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     if c.features.sliding_window.is_some() {
         c.features.sliding_layers = match hf.sliding_layers(c.num_layers)? {
             Some(l) => l,
-            None => alternate(c.num_layers),
+            None => default_layers(c.num_layers),
+        };
+    }
+    Ok(())
+}
+
+/// Everything a Gemma GGUF says: llama.cpp writes no layer pattern, so layers slide by
+/// `default_layers` unless the file carries `attention.sliding_window_pattern`.
+pub(crate) fn gguf_gemma(
+    g: &GgufFile,
+    c: &mut ModelConfig,
+    big_layers: usize,
+    default_layers: fn(usize) -> Vec<bool>,
+) -> Result<()> {
+    gemma_common(c, false);
+    gguf_attention_scale(c, big_layers);
+    c.features.attn_logit_softcap = g.arch_f64("attn_logit_softcapping")?.map(|x| x as f32);
+    c.features.final_logit_softcap = g.arch_f64("final_logit_softcapping")?.map(|x| x as f32);
+    c.features.sliding_window = g.sliding_window()?;
+    if c.features.sliding_window.is_some() {
+        c.features.sliding_layers = match g.sliding_window_pattern(c.num_layers)? {
+            Some(l) => l,
+            None => default_layers(c.num_layers),
         };
     }
     Ok(())
@@ -108,17 +136,10 @@ fn alternate(n: usize) -> Vec<bool> {
     (0..n).map(|i| i % 2 == 0).collect()
 }
 
+fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
+    hf_gemma(hf, c, alternate)
+}
+
 fn gguf_features(g: &GgufFile, c: &mut ModelConfig) -> Result<()> {
-    gemma_common(c, false);
-    gguf_attention_scale(c, 46);
-    c.features.attn_logit_softcap = g.arch_f64("attn_logit_softcapping")?.map(|x| x as f32);
-    c.features.final_logit_softcap = g.arch_f64("final_logit_softcapping")?.map(|x| x as f32);
-    c.features.sliding_window = g.sliding_window()?;
-    if c.features.sliding_window.is_some() {
-        c.features.sliding_layers = match g.sliding_window_pattern(c.num_layers)? {
-            Some(l) => l,
-            None => alternate(c.num_layers),
-        };
-    }
-    Ok(())
+    gguf_gemma(g, c, 46, alternate)
 }

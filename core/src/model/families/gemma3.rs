@@ -2,7 +2,7 @@
 //! over each query and key head, and five sliding layers to each global one; sliding layers
 //! rotate with their own θ (`rope_local_base_freq`, 10 000) and no scaling.
 
-use super::gemma2::{self, gemma_common};
+use super::gemma2;
 use crate::config::{ModelConfig, QkNorm};
 use crate::error::Result;
 use crate::gguf::GgufFile;
@@ -38,19 +38,9 @@ fn every_sixth_global(n: usize) -> Vec<bool> {
 }
 
 fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
-    gemma_common(c, true);
+    gemma2::hf_gemma(hf, c, every_sixth_global)?;
     c.features.qk_norm = Some(QkNorm::PerHead);
-    gemma2::hf_activation(hf)?;
-    gemma2::hf_attention_scale(hf, c)?;
-    let f64_f32 = |v: Option<f64>| v.map(|x| x as f32);
-    c.features.attn_logit_softcap = f64_f32(hf.f64("attn_logit_softcapping")?);
-    c.features.final_logit_softcap = f64_f32(hf.f64("final_logit_softcapping")?);
-    c.features.sliding_window = hf.usize("sliding_window")?;
     if c.features.sliding_window.is_some() {
-        c.features.sliding_layers = match hf.sliding_layers(c.num_layers)? {
-            Some(l) => l,
-            None => every_sixth_global(c.num_layers),
-        };
         let local = hf.rope("sliding_attention", c.head_dim, c.max_position_embeddings)?;
         c.features.local_rope = Some(local);
     }
@@ -58,16 +48,10 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
 }
 
 fn gguf_features(g: &GgufFile, c: &mut ModelConfig) -> Result<()> {
-    gemma_common(c, false);
+    // llama.cpp's Gemma 3 converter asserts there is no attention soft-cap.
+    gemma2::gguf_gemma(g, c, 62, every_sixth_global)?;
     c.features.qk_norm = Some(QkNorm::PerHead);
-    gemma2::gguf_attention_scale(c, 62);
-    c.features.final_logit_softcap = g.arch_f64("final_logit_softcapping")?.map(|x| x as f32);
-    c.features.sliding_window = g.sliding_window()?;
     if c.features.sliding_window.is_some() {
-        c.features.sliding_layers = match g.sliding_window_pattern(c.num_layers)? {
-            Some(l) => l,
-            None => every_sixth_global(c.num_layers),
-        };
         c.features.local_rope = Some(Rope {
             theta: g.arch_f64("rope.freq_base_swa")?.unwrap_or(10000.0),
             scaling: None,
