@@ -56,7 +56,10 @@ const RESERVED: [&str; 5] = [
     "eos_token",
 ];
 
-pub(super) fn render(
+/// Renders a chat template as transformers' `apply_chat_template` does: the messages, tools and
+/// `add_generation_prompt`, the tokenizer's BOS and EOS text, `raise_exception`, `strftime_now`
+/// and Python's string methods, plus extra variables (`chat_template_kwargs`).
+pub fn render(
     template: &str,
     messages: &[ChatMessage],
     tools: Option<&serde_json::Value>,

@@ -8,7 +8,7 @@ mod spm;
 
 use std::path::Path;
 
-pub use chat::{template_takes_tools, ChatMessage};
+pub use chat::{render as render_chat_template, template_takes_tools, ChatMessage};
 pub use detokenizer::IncrementalDetokenizer;
 
 use crate::error::{InferError, Result};
