@@ -361,7 +361,7 @@ impl Served<'_> {
                 })
         };
         if !continue_final_message {
-            return Ok(template(add_generation_prompt.unwrap_or(true))?);
+            return template(add_generation_prompt.unwrap_or(true));
         }
         if add_generation_prompt == Some(true) {
             return Err(RequestError::bad_request(
