@@ -5,20 +5,20 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use infer_core::dummy::{open_dummy_config, DummyWeights};
 use infer_core::gguf::GgmlType;
 use infer_core::parallel::run_worker;
 use infer_core::{
-    open_model, Backend, Engine, Executor, Model, ModelFiles, TensorParallel, Tokenizer,
-    WeightSource,
+    open_request, Backend, Engine, Executor, LoadRequest, Model, OpenedModel, TensorParallel,
+    Tokenizer, WeightsFrom,
 };
 use infer_cpu::CpuBackend;
 use infer_cuda::CudaBackend;
 use infer_wgpu::{WeightStorage, WgpuBackend};
 
-use crate::engine_args::{EngineArgs, Speculation};
+use crate::engine_args::EngineArgs;
 use crate::parallel::{self, ParallelArgs};
 use infer_core::spec_decode::{SpecMethod, SpeculativeConfig};
+use infer_core::Speculation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -123,64 +123,27 @@ pub fn load_model<B: Backend>(
     if args.load_format != LoadFormat::Dummy && args.dummy_dtype != DummyDtype::F32 {
         bail!("--dummy-dtype applies only with --load-format dummy");
     }
-    let (config, weights, tokenizer): (_, Box<dyn WeightSource>, _) = match args.load_format {
-        LoadFormat::Auto => {
-            let ModelFiles {
-                config,
-                weights,
-                tokenizer,
-                location,
-            } = open_model(&args.model)?;
-            tracing::info!(?location, backend = backend.name(), "loading model");
-            (config, weights, Some(tokenizer))
-        }
-        LoadFormat::Dummy => {
-            let (config, tokenizer) = open_dummy_config(&args.model)?;
-            tracing::info!(model = %args.model, backend = backend.name(), "random (dummy) weights");
-            let weights = DummyWeights::new(config.clone(), 0);
-            let weights = match args.dummy_dtype {
-                DummyDtype::F32 => weights,
-                DummyDtype::Q4_0 => weights.packed(GgmlType::Q4_0)?,
-                DummyDtype::Q8_0 => weights.packed(GgmlType::Q8_0)?,
-            };
-            let weights = Box::new(weights);
-            (config, weights, tokenizer)
-        }
+    let weights = match args.load_format {
+        LoadFormat::Auto => WeightsFrom::File,
+        LoadFormat::Dummy => WeightsFrom::Dummy {
+            packed: match args.dummy_dtype {
+                DummyDtype::F32 => None,
+                DummyDtype::Q4_0 => Some(GgmlType::Q4_0),
+                DummyDtype::Q8_0 => Some(GgmlType::Q8_0),
+            },
+        },
     };
-    let tokenizer = match (&args.tokenizer, tokenizer) {
-        (Some(spec), _) => open_model(spec)
-            .with_context(|| format!("loading the tokenizer from {spec}"))?
-            .tokenizer,
-        (None, Some(t)) => t,
-        (None, None) => bail!(
-            "{} has no tokenizer (no tokenizer.json next to its config.json): pass --tokenizer MODEL",
-            args.model
-        ),
-    };
-    let tokenizer = match &args.chat_template {
-        None => tokenizer,
-        Some(t) => {
-            let path = std::path::Path::new(t);
-            let text = if path.is_file() {
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("reading the chat template {t}"))?
-            } else {
-                t.clone()
-            };
-            tokenizer
-                .with_chat_template(text)
-                .context("--chat-template")?
-        }
-    };
-    // A tokenizer taken from another model must only produce ids this one has.
-    let borrowed = args.tokenizer.is_some() || args.load_format == LoadFormat::Dummy;
-    if borrowed && tokenizer.vocab_size() > config.vocab_size {
-        bail!(
-            "the tokenizer's vocabulary ({}) is larger than the model's ({})",
-            tokenizer.vocab_size(),
-            config.vocab_size
-        );
-    }
+    let OpenedModel {
+        config,
+        weights,
+        tokenizer,
+    } = open_request(&LoadRequest {
+        model: &args.model,
+        weights,
+        tokenizer: args.tokenizer.as_deref(),
+        chat_template: args.chat_template.as_deref(),
+    })?;
+    tracing::info!(backend = backend.name(), "loading weights");
     // Only rank 0 draws the bar (every rank of a group writes to the same terminal).
     let bar = if tp.rank == 0 {
         load_progress()
@@ -390,6 +353,7 @@ impl ModelArgs {
             (Role::Worker, Some(group)) => {
                 let mut executor = self
                     .engine
+                    .options()?
                     .executor(backend, model, explicit, Some(group.as_ref()), 0)?
                     .0
                     .headless();
@@ -400,7 +364,7 @@ impl ModelArgs {
             (Role::Leader, group) => {
                 let speculation =
                     self.speculation(&backend, &model, &tokenizer, group.is_some())?;
-                let engine = self.engine.build(
+                let engine = self.engine.options()?.build(
                     backend,
                     model,
                     Some(tokenizer.clone()),

@@ -34,14 +34,14 @@ pub use backend::{
 pub use batch::{BatchInput, SequenceChunk};
 pub use config::{Activation, Features, ModelConfig, NormPlacement, QkNorm};
 pub use engine::{
-    CompletedRequest, CompletionOutput, Engine, EngineConfig, EngineStats, Executor, ModelExecutor,
-    Prompt, RequestMetrics, RequestOutput, SequenceDelta, StepLogits, StopReason, TokenLogprobs,
-    TopLogprob,
+    CompletedRequest, CompletionOutput, Engine, EngineConfig, EngineOptions, EngineStats, Executor,
+    ModelExecutor, Prompt, RequestMetrics, RequestOutput, SequenceDelta, Speculation, StepLogits,
+    StopReason, TokenLogprobs, TopLogprob,
 };
 pub use error::{InferError, Result};
 pub use generate::{FinishReason, GenerationOutput, Generator};
 #[cfg(feature = "native")]
-pub use loader::{open_model, ModelFiles};
+pub use loader::{open_model, open_request, LoadRequest, ModelFiles, OpenedModel, WeightsFrom};
 pub use model::{Family, Model};
 pub use parallel::{ProcessGroup, TensorParallel, TpExecutor};
 pub use rope::{Rope, RopeScaling, RopeStyle};

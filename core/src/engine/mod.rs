@@ -2,6 +2,7 @@
 //! plus the offline `generate` that runs the loop to completion.
 
 mod admission;
+mod builder;
 mod executor;
 #[cfg(test)]
 mod group_tests;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::backend::{PendingLogits, StepLogits};
+pub use builder::{EngineOptions, Speculation};
 pub use executor::{Executor, ModelExecutor};
 use request::Request;
 pub use request::{

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use infer_core::scheduler::{PreemptionMode, SchedulerConfig};
 use infer_core::{
-    open_model, Backend, BatchInput, Engine, EngineConfig, EngineStats, Model, ModelExecutor,
-    ModelFiles, Prompt, SamplingParams, SequenceChunk,
+    open_model, Backend, BatchInput, EngineOptions, EngineStats, Model, ModelFiles, Prompt,
+    SamplingParams, SequenceChunk,
 };
 use serde::Deserialize;
 
@@ -134,9 +134,9 @@ pub fn max_logprob_diff<B: Backend>(backend: &B, model: &Model<B>, case: &Family
     worst
 }
 
-/// Greedy tokens of each prompt through the engine: `blocks` of 4 tokens, at most 6
-/// sequences and 16 tokens a step (prefills go in chunks).
-pub fn engine_greedy<B: Backend + 'static>(
+/// Greedy tokens of each prompt through the engine the builder makes: `blocks` of 4 tokens,
+/// at most 6 sequences and 16 tokens a step (prefills go in chunks).
+pub fn engine_greedy<B: Backend + Clone + 'static>(
     backend: B,
     model: Arc<Model<B>>,
     prompts: &[Vec<u32>],
@@ -144,20 +144,23 @@ pub fn engine_greedy<B: Backend + 'static>(
     blocks: usize,
     mode: PreemptionMode,
 ) -> (Vec<Vec<u32>>, EngineStats) {
-    let config = EngineConfig {
+    let options = EngineOptions {
         block_size: 4,
-        num_device_blocks: blocks,
-        num_host_blocks: 64,
-        max_model_len: model.max_model_len(),
-        enable_prefix_caching: true,
+        num_kv_blocks: Some(blocks),
+        kv_cache_bytes: 0,
+        gpu_memory_utilization: 0.9,
+        // Room to swap every request out.
+        swap_bytes: 1 << 22,
         scheduler: SchedulerConfig {
             max_num_seqs: 6,
             max_num_batched_tokens: 16,
             preemption_mode: mode,
         },
+        prefix_caching: true,
     };
-    let executor = ModelExecutor::new(backend, model, 4, blocks, 64).unwrap();
-    let mut engine = Engine::new(executor, None, config).unwrap();
+    let mut engine = options
+        .build(backend, model, None, false, None, None)
+        .unwrap();
     let params = SamplingParams {
         ignore_eos: true,
         ..SamplingParams::greedy(max_tokens)
@@ -204,7 +207,7 @@ pub fn crowd(case: &FamilyCase) -> Vec<Vec<u32>> {
 /// The whole check for one case and format on `make()`'s backend: log-probabilities within
 /// `tol`, greedy tokens alone, and batched with preemption equal to each prompt alone.
 /// Returns the max log-probability difference.
-pub fn check_family<B: Backend + 'static>(
+pub fn check_family<B: Backend + Clone + 'static>(
     make: impl Fn() -> B,
     case: &FamilyCase,
     format: FamilyFormat,
