@@ -68,6 +68,9 @@ impl EngineArgs {
     /// The flags as the engine builder's options (`EngineOptions::build` sizes the pool and
     /// builds the engine).
     pub fn options(&self) -> Result<EngineOptions> {
+        if self.block_size == 0 {
+            anyhow::bail!("--block-size must be at least 1");
+        }
         Ok(EngineOptions {
             block_size: self.block_size,
             num_kv_blocks: self.num_kv_blocks,
