@@ -9,7 +9,7 @@ use std::sync::Arc;
 use infer_api::RequestError;
 use infer_core::backend::Backend;
 use infer_core::model::checked_max_model_len;
-use infer_core::{Engine, EngineConfig, Model, ModelExecutor, PreemptionMode, SchedulerConfig};
+use infer_core::{Engine, EngineOptions, Model, ModelExecutor, PreemptionMode, SchedulerConfig};
 use infer_wgpu::WgpuBackend;
 use serde_json::json;
 use wasm_bindgen::prelude::*;
@@ -105,15 +105,28 @@ impl WebEngine {
             let spec = model.kv_cache_spec(1, BLOCK_SIZE);
             let block_bytes = spec.bytes_per_block(backend.kv_element_bytes());
             let mut mib = kv_cache_mib.max(MIN_KV_CACHE_MIB);
-            let (executor, blocks) = loop {
-                let blocks = (mib << 20) / block_bytes;
+            // The core builder sizes the pool and makes the executor; WebGPU cannot report
+            // free memory, so an out-of-memory error halves the request instead.
+            let (executor, config) = loop {
+                let options = EngineOptions {
+                    block_size: BLOCK_SIZE,
+                    num_kv_blocks: Some((mib << 20) / block_bytes),
+                    kv_cache_bytes: 0,
+                    gpu_memory_utilization: 1.0,
+                    swap_bytes: 0,
+                    scheduler: SchedulerConfig {
+                        max_num_seqs: MAX_NUM_SEQS,
+                        max_num_batched_tokens: MAX_NUM_BATCHED_TOKENS,
+                        preemption_mode: PreemptionMode::Recompute,
+                    },
+                    prefix_caching: true,
+                };
                 let device = &backend.context().device;
                 let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-                let made =
-                    ModelExecutor::new(backend.clone(), model.clone(), BLOCK_SIZE, blocks, 0);
+                let made = options.executor(backend.clone(), model.clone(), false, None, 0);
                 let oom = scope.pop().await;
                 match (made, oom) {
-                    (Ok(e), None) => break (e, blocks),
+                    (Ok(made), None) => break made,
                     (_, Some(err)) if mib / 2 >= MIN_KV_CACHE_MIB => {
                         tracing::warn!(mib, %err, "KV pool did not fit; halving");
                         mib /= 2;
@@ -124,19 +137,7 @@ impl WebEngine {
                     (Err(e), None) => return Err(js_err(e).into()),
                 }
             };
-            let max_len = model.max_model_len().min(blocks * BLOCK_SIZE);
-            let config = EngineConfig {
-                block_size: BLOCK_SIZE,
-                num_device_blocks: blocks,
-                num_host_blocks: 0,
-                max_model_len: max_len,
-                enable_prefix_caching: true,
-                scheduler: SchedulerConfig {
-                    max_num_seqs: MAX_NUM_SEQS,
-                    max_num_batched_tokens: MAX_NUM_BATCHED_TOKENS,
-                    preemption_mode: PreemptionMode::Recompute,
-                },
-            };
+            let (blocks, max_len) = (config.num_device_blocks, config.max_model_len);
             let mut i = inner.try_borrow_mut().map_err(|_| busy())?;
             let tokenizer = i.session.tokenizer_arc();
             let engine = Engine::new(executor, Some(tokenizer), config).map_err(js_err)?;
