@@ -157,6 +157,11 @@ impl BlockManager {
         n
     }
 
+    /// Whether blocks are given back as windows slide (every layer of the model slides).
+    pub fn releases_out_of_window(&self) -> bool {
+        self.sliding_window.is_some()
+    }
+
     /// Leading blocks of `seq` already given back (see `release_out_of_window`).
     pub fn num_released(&self, seq: SeqId) -> usize {
         self.seqs.get(&seq).map_or(0, |s| s.released)

@@ -102,11 +102,17 @@ const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
 
 impl Family {
     pub fn spec(self) -> &'static FamilySpec {
-        FAMILIES
-            .iter()
-            .find(|s| s.family == self)
-            .copied()
-            .unwrap_or(&families::llama::SPEC)
+        match self {
+            Family::Llama => &families::llama::SPEC,
+            Family::Mistral => &families::mistral::SPEC,
+            Family::Qwen2 => &families::qwen2::SPEC,
+            Family::Qwen3 => &families::qwen3::SPEC,
+            Family::Gemma2 => &families::gemma2::SPEC,
+            Family::Gemma3 => &families::gemma3::SPEC,
+            Family::Phi3 => &families::phi3::SPEC,
+            Family::Granite => &families::granite::SPEC,
+            Family::Olmo2 => &families::olmo2::SPEC,
+        }
     }
 }
 

@@ -22,10 +22,12 @@ impl Scheduler {
         let mut out = SchedulerOutput::default();
         let mut budget = self.config.max_num_batched_tokens;
         // Blocks every running sequence's window has left go back before anything grows.
-        for id in &self.running {
-            out.released_blocks += self
-                .blocks
-                .release_out_of_window(*id, self.seqs[id].0.num_computed);
+        if self.blocks.releases_out_of_window() {
+            for id in &self.running {
+                out.released_blocks += self
+                    .blocks
+                    .release_out_of_window(*id, self.seqs[id].0.num_computed);
+            }
         }
         // Members rejoining their running group first: the group cannot sample without them.
         self.schedule_waiting(&mut budget, &mut out, true)?;
