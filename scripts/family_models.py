@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny random checkpoints of every dense family infer runs, built by `transformers` and
+"""Tiny random checkpoints of every family infer runs (dense and mixtures of experts), built by `transformers` and
 converted to GGUF by llama.cpp's own `convert_hf_to_gguf.py`, with transformers' greedy tokens
 and log-probabilities as the reference (float64 forward, eager attention).
 
@@ -105,6 +105,16 @@ CASES = [
     ), {}),
     ("olmo2", transformers.Olmo2Config, "Olmo2ForCausalLM", common(
         rope_parameters=dict(rope_type="default", rope_theta=500000.0),
+    ), {}),
+    # Mixtures of experts: 8 experts, 2 per token, so a 40-token prefill reaches every expert
+    # and each decode step leaves most of them without a token.
+    ("qwen3_moe", transformers.Qwen3MoeConfig, "Qwen3MoeForCausalLM", common(
+        head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+        rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+    ), {}),
+    ("mixtral", transformers.MixtralConfig, "MixtralForCausalLM", common(
+        intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
+        rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
     ), {}),
 ]
 
@@ -241,6 +251,8 @@ def main():
     for name, cls, arch, kw, extra in CASES:
         config = cls(**kw, architectures=[arch])
         config._attn_implementation = "eager"
+        # The per-expert loop: the grouped kernels do not take float64.
+        config._experts_implementation = "eager"
         model = getattr(transformers, arch)(config).eval()
         randomize(model, name, gen)
         d = out / name

@@ -12,6 +12,7 @@ use crate::batch::BatchInput;
 use crate::block_manager::BlockCopy;
 use crate::config::RopeStyle;
 use crate::error::Result;
+use crate::moe::{HostRouting, MoeRouting};
 use crate::weights::{HostTensor, PackedTensor};
 
 /// What a step leaves for sampling: the logits rows, or, when the batch asked only for argmaxes
@@ -128,6 +129,9 @@ pub trait Backend {
     type KvCache;
     /// Host memory that preempted sequences' blocks are swapped to, laid out like `KvCache`.
     type SwapSpace;
+    /// One layer's routing of a step's tokens to experts (`moe::HostRouting` is its host
+    /// form), kept where the backend computes.
+    type Routing;
 
     /// Names the backend and device in logs (e.g. "cpu (2 threads)").
     fn name(&self) -> String;
@@ -278,6 +282,26 @@ pub trait Backend {
             self.name()
         )))
     }
+    /// Routes every row of the router logits `[tokens, num_experts]` to its top-k experts,
+    /// scored as `routing.scoring` says, and groups the assignments by expert (as
+    /// `MoeRouting::route` does on the host; ties go to the lower expert).
+    fn moe_route(&self, logits: &Self::Tensor, routing: &MoeRouting) -> Result<Self::Routing>;
+    /// The routing in host memory (tests, checks).
+    fn routing_to_host(&self, routing: &Self::Routing) -> Result<HostRouting>;
+    /// The expert-grouped matmul: for each assignment `a = t·k + s`,
+    /// `out[a] = x[row] · experts[ids[a]]ᵀ` with `experts [num_experts, n, cols]` (stored as
+    /// `upload_packed` or `upload_matrix` left it) and `row` the token `t` when `x` has a row
+    /// per token, or `a` when it has one per assignment. Each expert's weights are read once
+    /// for all the tokens routed to it. Output `[tokens · k, n]`.
+    fn moe_matmul(
+        &self,
+        x: &Self::Tensor,
+        experts: &Self::Tensor,
+        routing: &Self::Routing,
+    ) -> Result<Self::Tensor>;
+    /// Each token's expert outputs summed with its routing weights:
+    /// `out[t] = Σₛ weights[t·k + s] · y[t·k + s]`, `[tokens, cols]`.
+    fn moe_combine(&self, y: &Self::Tensor, routing: &Self::Routing) -> Result<Self::Tensor>;
     /// Rows of `x` listed in the batch's `logits_indices`.
     fn gather_logit_rows(&self, x: &Self::Tensor, batch: &Self::Batch) -> Result<Self::Tensor>;
 }

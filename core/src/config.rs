@@ -5,6 +5,7 @@
 
 use crate::error::{InferError, Result};
 pub use crate::model::registry::Family;
+pub use crate::moe::{MoeRouting, MoeScoring};
 pub use crate::rope::{Rope, RopeScaling, RopeStyle};
 
 /// Where the per-head query/key RMSNorm of Qwen3, Gemma 3 and OLMo 2 applies.
@@ -67,6 +68,19 @@ pub struct Features {
     pub sliding_layers: Vec<bool>,
     /// The rotary embedding of sliding layers, when it differs (Gemma 3's local θ).
     pub local_rope: Option<Rope>,
+    /// Routed experts in place of the dense MLP (on the layers `Moe::sparse_layers` marks).
+    pub moe: Option<Moe>,
+}
+
+/// A mixture-of-experts MLP: each token runs `routing.top_k` of `routing.num_experts` gated
+/// MLPs of width `expert_intermediate_size`, summed with its router's weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moe {
+    pub routing: MoeRouting,
+    pub expert_intermediate_size: usize,
+    /// Per layer, whether its MLP is routed; empty means every layer (Qwen3-MoE's
+    /// `mlp_only_layers` and `decoder_sparse_step` leave some dense).
+    pub sparse_layers: Vec<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +160,19 @@ impl ModelConfig {
                 self.num_layers
             ));
         }
+        if let Some(moe) = &f.moe {
+            moe.routing.validate()?;
+            if moe.expert_intermediate_size == 0 {
+                return bad("the experts' intermediate size is 0".into());
+            }
+            if !moe.sparse_layers.is_empty() && moe.sparse_layers.len() != self.num_layers {
+                return bad(format!(
+                    "{} sparse-layer flags for {} layers",
+                    moe.sparse_layers.len(),
+                    self.num_layers
+                ));
+            }
+        }
         for (name, v) in [
             ("embedding scale", f.embedding_scale),
             ("residual scale", f.residual_scale),
@@ -174,6 +201,14 @@ impl ModelConfig {
         let f = &self.features;
         let slides = f.sliding_layers.get(layer).copied().unwrap_or(true);
         f.sliding_window.filter(|_| slides)
+    }
+
+    /// The experts of layer `layer`, when its MLP is routed.
+    pub fn layer_moe(&self, layer: usize) -> Option<&Moe> {
+        self.features
+            .moe
+            .as_ref()
+            .filter(|m| m.sparse_layers.get(layer).copied().unwrap_or(true))
     }
 
     /// The rotary embedding of layer `layer`.

@@ -115,11 +115,15 @@ impl WeightSource for DummyWeights {
     }
 
     fn load_packed_raw(&self, w: WeightName) -> Result<Option<PackedTensor>> {
-        let Some(dtype) = self.packed.filter(|_| !w.is_vector()) else {
+        // Routers stay f32, as llama.cpp's quantizer leaves them.
+        let router = matches!(w, WeightName::Layer(_, LayerWeight::Router));
+        let Some(dtype) = self.packed.filter(|_| !w.is_vector() && !router) else {
             return Ok(None);
         };
         let shape = w.expected_shape(&self.config);
-        let (rows, cols) = (shape[0], shape.get(1).copied().unwrap_or(1));
+        // Rows of every expert of a 3-D expert tensor.
+        let cols = shape.last().copied().unwrap_or(1).max(1);
+        let rows = shape.iter().product::<usize>() / cols;
         if !cols.is_multiple_of(dtype.block().0) {
             // Rows that are not whole blocks stay f32.
             return Ok(None);

@@ -20,6 +20,7 @@ pub mod hub;
 #[cfg(feature = "native")]
 pub mod loader;
 pub mod model;
+pub mod moe;
 pub mod parallel;
 pub mod rope;
 pub mod sampling;

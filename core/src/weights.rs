@@ -144,6 +144,23 @@ pub enum LayerWeight {
     Down,
     /// The norm of the MLP's output.
     PostFfnNorm,
+    /// The router of a mixture of experts, `[experts, hidden]`.
+    Router,
+    /// Every expert's gate, up and down projections stacked: `[experts, ff, hidden]` and
+    /// `[experts, hidden, ff]` (GGUF's 3-D `ffn_*_exps`).
+    ExpGate,
+    ExpUp,
+    ExpDown,
+}
+
+impl LayerWeight {
+    /// One of the stacked expert tensors.
+    pub fn is_experts(self) -> bool {
+        matches!(
+            self,
+            LayerWeight::ExpGate | LayerWeight::ExpUp | LayerWeight::ExpDown
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +196,20 @@ impl WeightName {
                 LayerWeight::O => vec![h, q],
                 LayerWeight::Gate | LayerWeight::Up => vec![ff, h],
                 LayerWeight::Down => vec![h, ff],
+                LayerWeight::Router
+                | LayerWeight::ExpGate
+                | LayerWeight::ExpUp
+                | LayerWeight::ExpDown => {
+                    let Some(moe) = &c.features.moe else {
+                        return vec![0];
+                    };
+                    let (e, eff) = (moe.routing.num_experts, moe.expert_intermediate_size);
+                    match w {
+                        LayerWeight::Router => vec![e, h],
+                        LayerWeight::ExpDown => vec![e, h, eff],
+                        _ => vec![e, eff, h],
+                    }
+                }
             },
         }
     }
@@ -304,6 +335,28 @@ impl<S: TensorStore> ModelWeights<S> {
         self.names.locate(self.store.format(), &self.config, w)
     }
 
+    /// Experts `0..n`, each its own tensor of one shape, stacked along a new first dimension.
+    fn load_stacked(&self, loc: &TensorLoc, n: usize) -> Result<HostTensor> {
+        let mut shape = Vec::new();
+        let mut data = Vec::new();
+        for e in 0..n {
+            let t = self.store.read(&loc.expert_name(e))?;
+            if e == 0 {
+                shape = t.shape.clone();
+                data.reserve(n * t.data.len());
+            } else if t.shape != shape {
+                return Err(InferError::ShapeMismatch {
+                    name: loc.expert_name(e),
+                    expected: shape,
+                    actual: t.shape,
+                });
+            }
+            data.extend_from_slice(&t.data);
+        }
+        shape.insert(0, n);
+        Ok(HostTensor::new(shape, data))
+    }
+
     fn rows_error(&self, loc: &TensorLoc, shape: &[usize]) -> InferError {
         InferError::ShapeMismatch {
             name: loc.name.clone(),
@@ -323,6 +376,9 @@ impl<S: TensorStore> WeightSource for ModelWeights<S> {
 
     fn tensor_name(&self, w: WeightName) -> String {
         let loc = self.locate(w);
+        if let Some(n) = loc.stacked {
+            return format!("{} (e in 0..{n})", loc.name);
+        }
         match loc.rows {
             Some(r) => format!("{} (rows {}..{})", loc.name, r.start, r.end),
             None => loc.name,
@@ -330,11 +386,18 @@ impl<S: TensorStore> WeightSource for ModelWeights<S> {
     }
 
     fn contains(&self, w: WeightName) -> bool {
-        self.store.has(&self.locate(w).name)
+        let loc = self.locate(w);
+        match loc.stacked {
+            Some(n) => (0..n).all(|e| self.store.has(&loc.expert_name(e))),
+            None => self.store.has(&loc.name),
+        }
     }
 
     fn load_raw(&self, w: WeightName) -> Result<HostTensor> {
         let loc = self.locate(w);
+        if let Some(n) = loc.stacked {
+            return self.load_stacked(&loc, n);
+        }
         let mut t = self.store.read(&loc.name)?;
         if let Some(rows) = &loc.rows {
             let cols = match t.shape.as_slice() {
@@ -355,6 +418,10 @@ impl<S: TensorStore> WeightSource for ModelWeights<S> {
 
     fn load_packed_raw(&self, w: WeightName) -> Result<Option<PackedTensor>> {
         let loc = self.locate(w);
+        if loc.stacked.is_some() {
+            // Per-expert tensors come from safetensors, never block-quantized.
+            return Ok(None);
+        }
         let Some(p) = self.store.read_packed(&loc.name)? else {
             return Ok(None);
         };

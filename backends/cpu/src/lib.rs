@@ -11,6 +11,7 @@ mod attention;
 mod blocked;
 mod kv_cache;
 mod matmul;
+mod moe;
 mod ops;
 mod qdot;
 mod quant;
@@ -19,6 +20,7 @@ mod tensor;
 use std::sync::Arc;
 
 use infer_core::block_manager::BlockCopy;
+use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::{
     AttentionParams, Backend, BatchInput, HostTensor, InferError, KvCacheSpec, PackedTensor,
     ProcessGroup, Result, RopeStyle,
@@ -141,6 +143,7 @@ impl Backend for CpuBackend {
     type Batch = CpuBatch;
     type KvCache = CpuKvCache;
     type SwapSpace = CpuKvCache;
+    type Routing = HostRouting;
 
     fn name(&self) -> String {
         let weights = if self.packed_weights { "packed" } else { "f32" };
@@ -156,11 +159,14 @@ impl Backend for CpuBackend {
 
     fn upload_packed(&self, t: &PackedTensor) -> Result<Option<CpuTensor>> {
         let (per_block, _) = t.dtype.block();
+        // Matrices, and stacks of them (experts `[experts, rows, cols]`).
+        let cols = t.shape.last().copied().unwrap_or(0);
+        let rows = t.shape.iter().product::<usize>() / cols.max(1);
         let usable = self.packed_weights
             && t.dtype.is_quantized()
-            && t.shape.len() == 2
-            && t.shape[1].is_multiple_of(per_block)
-            && t.data.len() == t.shape[0] * t.row_bytes();
+            && (t.shape.len() == 2 || t.shape.len() == 3)
+            && cols.is_multiple_of(per_block)
+            && t.data.len() == rows * t.row_bytes();
         Ok(usable.then(|| CpuTensor {
             shape: t.shape.clone(),
             storage: Storage::Packed {
@@ -471,6 +477,37 @@ impl Backend for CpuBackend {
                 "the cpu backend was built without a process group".into(),
             )),
         }
+    }
+
+    fn moe_route(&self, logits: &CpuTensor, routing: &MoeRouting) -> Result<HostRouting> {
+        let (_, cols) = logits.rows_cols();
+        if cols != routing.num_experts {
+            return Err(shape_err(
+                "moe_route",
+                format!(
+                    "logits {:?} for {} experts",
+                    logits.shape, routing.num_experts
+                ),
+            ));
+        }
+        routing.route(logits.f32("moe_route")?)
+    }
+
+    fn routing_to_host(&self, routing: &HostRouting) -> Result<HostRouting> {
+        Ok(routing.clone())
+    }
+
+    fn moe_matmul(
+        &self,
+        x: &CpuTensor,
+        experts: &CpuTensor,
+        routing: &HostRouting,
+    ) -> Result<CpuTensor> {
+        moe::moe_matmul(x, experts, routing)
+    }
+
+    fn moe_combine(&self, y: &CpuTensor, routing: &HostRouting) -> Result<CpuTensor> {
+        moe::moe_combine(y, routing)
     }
 
     fn gather_logit_rows(&self, x: &CpuTensor, batch: &CpuBatch) -> Result<CpuTensor> {

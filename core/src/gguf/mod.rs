@@ -121,6 +121,11 @@ impl GgufFile {
         Ok(config)
     }
 
+    /// `{arch}.{key}` as an integer, if present.
+    pub fn arch_usize(&self, key: &str) -> Result<Option<usize>> {
+        self.meta_usize(&self.arch_key(key))
+    }
+
     /// `{arch}.{key}` as a number, if present.
     pub fn arch_f64(&self, key: &str) -> Result<Option<f64>> {
         self.meta_f64(&self.arch_key(key))
@@ -240,7 +245,8 @@ impl TensorStore for GgufFile {
 
     fn read_packed(&self, name: &str) -> Result<Option<PackedTensor>> {
         let info = self.info(name)?;
-        if !info.dtype.is_quantized() || info.shape.len() != 2 {
+        // Matrices and stacks of them (3-D `ffn_*_exps` expert tensors).
+        if !info.dtype.is_quantized() || !(2..=3).contains(&info.shape.len()) {
             return Ok(None);
         }
         Ok(Some(PackedTensor {

@@ -7,6 +7,7 @@ use crate::backend::{AttentionParams, Backend, KvCacheSpec};
 use crate::batch::BatchInput;
 use crate::config::{Activation, ModelConfig, NormPlacement};
 use crate::error::{InferError, Result};
+use crate::moe::MoeRouting;
 use crate::parallel::{shard_packed, shard_weight, TensorParallel};
 use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
 
@@ -23,13 +24,28 @@ struct Layer<T> {
     wo: T,
     post_attn_norm: Option<T>,
     ffn_norm: Option<T>,
-    gate: T,
-    up: T,
-    down: T,
+    mlp: Mlp<T>,
     post_ffn_norm: Option<T>,
     /// Index into `Model::rope_tables`.
     rope: usize,
     attention: AttentionParams,
+}
+
+/// A block's feed-forward layer.
+enum Mlp<T> {
+    Dense {
+        gate: T,
+        up: T,
+        down: T,
+    },
+    /// Routed experts: `router [experts, hidden]`, and every expert's gate/up/down stacked.
+    Routed {
+        router: T,
+        gate: T,
+        up: T,
+        down: T,
+        routing: MoeRouting,
+    },
 }
 
 /// Matrices go to the backend packed when it takes them that way; everything else as f32.
@@ -169,7 +185,7 @@ impl<B: Backend> Model<B> {
         names.push(WeightName::FinalNorm);
         for i in 0..config.num_layers {
             names.extend(
-                layer_weights(config)
+                layer_weights(config, i)
                     .into_iter()
                     .map(|w| WeightName::Layer(i, w)),
             );
@@ -194,9 +210,9 @@ impl<B: Backend> Model<B> {
             None
         };
         let final_norm = weight(WeightName::FinalNorm)?;
-        let wanted = layer_weights(config);
         let mut layers = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
+            let wanted = layer_weights(config, i);
             // Asked in `layer_weights`' order; weights the family lacks are `None`.
             let mut opt = |w| {
                 if wanted.contains(&w) {
@@ -225,9 +241,20 @@ impl<B: Backend> Model<B> {
             let wo = need(opt(O)?, O)?;
             let post_attn_norm = opt(PostAttnNorm)?;
             let ffn_norm = opt(FfnNorm)?;
-            let gate = need(opt(Gate)?, Gate)?;
-            let up = need(opt(Up)?, Up)?;
-            let down = need(opt(Down)?, Down)?;
+            let mlp = match config.layer_moe(i) {
+                Some(moe) => Mlp::Routed {
+                    router: need(opt(Router)?, Router)?,
+                    gate: need(opt(ExpGate)?, ExpGate)?,
+                    up: need(opt(ExpUp)?, ExpUp)?,
+                    down: need(opt(ExpDown)?, ExpDown)?,
+                    routing: moe.routing,
+                },
+                None => Mlp::Dense {
+                    gate: need(opt(Gate)?, Gate)?,
+                    up: need(opt(Up)?, Up)?,
+                    down: need(opt(Down)?, Down)?,
+                },
+            };
             let post_ffn_norm = opt(PostFfnNorm)?;
             let window = config.layer_window(i);
             let local = window.is_some() && config.features.local_rope.is_some();
@@ -241,9 +268,7 @@ impl<B: Backend> Model<B> {
                 wo,
                 post_attn_norm,
                 ffn_norm,
-                gate,
-                up,
-                down,
+                mlp,
                 post_ffn_norm,
                 rope: usize::from(local),
                 attention: AttentionParams {
@@ -406,15 +431,40 @@ impl<B: Backend> Model<B> {
                 .map(|n| backend.rms_norm(&x, n, eps))
                 .transpose()?;
             let h = normed.as_ref().unwrap_or(&x);
-            let [gate, up] = outputs(backend, backend.matmul_many(h, &[&l.gate, &l.up])?)?;
-            let act = match c.features.activation {
-                Activation::Silu => backend.silu_mul(&gate, &up)?,
-                Activation::GeluTanh => backend.gelu_tanh_mul(&gate, &up)?,
-            };
-            let down = backend.matmul(&act, &l.down)?;
-            self.residual(backend, &mut x, down, l.post_ffn_norm.as_ref())?;
+            let out = self.mlp(backend, h, &l.mlp)?;
+            self.residual(backend, &mut x, out, l.post_ffn_norm.as_ref())?;
         }
         Ok(x)
+    }
+
+    /// The gated MLP of `h`, dense or routed: a routed one groups the step's tokens by
+    /// expert once, runs each expert's gate/up/down over its group, and sums each token's
+    /// expert outputs with its routing weights.
+    fn mlp(&self, backend: &B, h: &B::Tensor, mlp: &Mlp<B::Tensor>) -> Result<B::Tensor> {
+        let act = |gate: &B::Tensor, up: &B::Tensor| match self.config.features.activation {
+            Activation::Silu => backend.silu_mul(gate, up),
+            Activation::GeluTanh => backend.gelu_tanh_mul(gate, up),
+        };
+        match mlp {
+            Mlp::Dense { gate, up, down } => {
+                let [g, u] = outputs(backend, backend.matmul_many(h, &[gate, up])?)?;
+                backend.matmul(&act(&g, &u)?, down)
+            }
+            Mlp::Routed {
+                router,
+                gate,
+                up,
+                down,
+                routing,
+            } => {
+                let logits = backend.matmul_logits(h, router)?;
+                let route = backend.moe_route(&logits, routing)?;
+                let g = backend.moe_matmul(h, gate, &route)?;
+                let u = backend.moe_matmul(h, up, &route)?;
+                let y = backend.moe_matmul(&act(&g, &u)?, down, &route)?;
+                backend.moe_combine(&y, &route)
+            }
+        }
     }
 
     /// `x += scale · norm(out)`: a branch's output summed over the ranks (row-parallel
@@ -439,8 +489,8 @@ impl<B: Backend> Model<B> {
     }
 }
 
-/// The per-layer weights a config's features call for, in load order.
-fn layer_weights(c: &ModelConfig) -> Vec<LayerWeight> {
+/// The weights layer `layer` of a config's features calls for, in load order.
+fn layer_weights(c: &ModelConfig, layer: usize) -> Vec<LayerWeight> {
     use LayerWeight::*;
     let f = &c.features;
     let pre = f.norm_placement != NormPlacement::Post;
@@ -463,7 +513,11 @@ fn layer_weights(c: &ModelConfig) -> Vec<LayerWeight> {
     if pre {
         w.push(FfnNorm);
     }
-    w.extend([Gate, Up, Down]);
+    if c.layer_moe(layer).is_some() {
+        w.extend([Router, ExpGate, ExpUp, ExpDown]);
+    } else {
+        w.extend([Gate, Up, Down]);
+    }
     if post {
         w.push(PostFfnNorm);
     }

@@ -16,11 +16,21 @@ pub enum Format {
     Gguf,
 }
 
-/// A canonical weight's place: a whole tensor, or rows of one.
+/// A canonical weight's place: a whole tensor, rows of one, or one tensor per expert
+/// stacked (HF checkpoints keep `experts.{e}.…` apart; GGUF stores them as one 3-D tensor).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorLoc {
     pub name: String,
     pub rows: Option<Range<usize>>,
+    /// `Some(n)`: `name` holds `{e}`, and the weight is experts `0..n` stacked.
+    pub stacked: Option<usize>,
+}
+
+impl TensorLoc {
+    /// Expert `e`'s tensor name, for a stacked weight.
+    pub fn expert_name(&self, e: usize) -> String {
+        self.name.replace("{e}", &e.to_string())
+    }
 }
 
 /// A family's tensor names.
@@ -68,6 +78,10 @@ impl TensorNames {
                 Up => "mlp.up_proj.weight",
                 Down => "mlp.down_proj.weight",
                 PostFfnNorm => "post_feedforward_layernorm.weight",
+                Router => "mlp.gate.weight",
+                ExpGate => "mlp.experts.{e}.gate_proj.weight",
+                ExpUp => "mlp.experts.{e}.up_proj.weight",
+                ExpDown => "mlp.experts.{e}.down_proj.weight",
             },
             Format::Gguf => match lw {
                 AttnNorm => "attn_norm.weight",
@@ -86,13 +100,21 @@ impl TensorNames {
                 Up => "ffn_up.weight",
                 Down => "ffn_down.weight",
                 PostFfnNorm => "post_ffw_norm.weight",
+                Router => "ffn_gate_inp.weight",
+                ExpGate => "ffn_gate_exps.weight",
+                ExpUp => "ffn_up_exps.weight",
+                ExpDown => "ffn_down_exps.weight",
             },
         }
     }
 
     /// Where `w` lives in a file of `format` for a model of config `c`.
     pub fn locate(&self, format: Format, c: &ModelConfig, w: WeightName) -> TensorLoc {
-        let whole = |name: String| TensorLoc { name, rows: None };
+        let whole = |name: String| TensorLoc {
+            name,
+            rows: None,
+            stacked: None,
+        };
         let (i, lw) = match w {
             WeightName::Layer(i, lw) => (i, lw),
             other => {
@@ -122,6 +144,7 @@ impl TensorNames {
             let part = |name: &str, rows: Range<usize>| TensorLoc {
                 name: format!("{prefix}{name}"),
                 rows: Some(rows),
+                stacked: None,
             };
             match lw {
                 LayerWeight::Q => return part(qkv, 0..q),
@@ -132,7 +155,15 @@ impl TensorNames {
                 _ => {}
             }
         }
-        whole(format!("{prefix}{}", self.layer_name(format, lw)))
+        let name = format!("{prefix}{}", self.layer_name(format, lw));
+        if name.contains("{e}") {
+            return TensorLoc {
+                name,
+                rows: None,
+                stacked: c.features.moe.as_ref().map(|m| m.routing.num_experts),
+            };
+        }
+        whole(name)
     }
 }
 

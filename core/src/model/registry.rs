@@ -22,6 +22,8 @@ pub enum Family {
     Phi3,
     Granite,
     Olmo2,
+    Qwen3Moe,
+    Mixtral,
 }
 
 /// How one family reads its config and names its tensors.
@@ -64,18 +66,29 @@ pub const FAMILIES: &[&FamilySpec] = &[
     &families::phi3::SPEC,
     &families::granite::SPEC,
     &families::olmo2::SPEC,
+    &families::qwen3_moe::SPEC,
+    &families::mixtral::SPEC,
 ];
 
 /// Architectures users download that we do not run, with what they are, so the error says
 /// more than "unknown".
 const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
-    ("mixtral", "a mixture-of-experts model"),
-    ("qwen2_moe", "a mixture-of-experts model"),
-    ("qwen2moe", "a mixture-of-experts model"),
-    ("qwen3_moe", "a mixture-of-experts model"),
-    ("qwen3moe", "a mixture-of-experts model"),
-    ("gpt_oss", "a mixture-of-experts model"),
-    ("gpt-oss", "a mixture-of-experts model"),
+    (
+        "qwen2_moe",
+        "a mixture-of-experts model with a shared expert",
+    ),
+    (
+        "qwen2moe",
+        "a mixture-of-experts model with a shared expert",
+    ),
+    (
+        "gpt_oss",
+        "a mixture-of-experts model with attention sinks and MXFP4 experts",
+    ),
+    (
+        "gpt-oss",
+        "a mixture-of-experts model with attention sinks and MXFP4 experts",
+    ),
     (
         "deepseek_v2",
         "a mixture-of-experts model with latent attention",
@@ -112,6 +125,8 @@ impl Family {
             Family::Phi3 => &families::phi3::SPEC,
             Family::Granite => &families::granite::SPEC,
             Family::Olmo2 => &families::olmo2::SPEC,
+            Family::Qwen3Moe => &families::qwen3_moe::SPEC,
+            Family::Mixtral => &families::mixtral::SPEC,
         }
     }
 }
@@ -163,20 +178,32 @@ pub fn by_hf(model_type: Option<&str>, architectures: &[String]) -> Result<&'sta
     ))
 }
 
-/// The family of a GGUF `general.architecture`. A file that declares experts is refused as a
-/// mixture of experts whatever its architecture says (llama.cpp writes Mixtral as `llama`).
+/// The family of a GGUF `general.architecture`. llama.cpp writes Mixtral as `llama` with
+/// experts; any other dense family whose file declares experts is refused, not run dense.
 pub fn by_gguf(arch: &str, expert_count: Option<u64>) -> Result<&'static FamilySpec> {
-    if expert_count.is_some_and(|n| n > 0) {
-        return Err(unsupported(
-            arch,
-            "a mixture-of-experts model (its metadata sets `expert_count`)",
-        ));
+    let experts = expert_count.is_some_and(|n| n > 0);
+    if experts && arch == "llama" {
+        return Ok(&families::mixtral::SPEC);
     }
-    FAMILIES
+    let spec = FAMILIES
         .iter()
         .find(|s| s.gguf_archs.contains(&arch))
         .copied()
-        .ok_or_else(|| unsupported(arch, ""))
+        .ok_or_else(|| unsupported(arch, ""))?;
+    if experts && !spec.is_moe() {
+        return Err(unsupported(
+            arch,
+            "a mixture-of-experts variant (its metadata sets `expert_count`)",
+        ));
+    }
+    Ok(spec)
+}
+
+impl FamilySpec {
+    /// Whether the family routes its MLP through experts.
+    pub fn is_moe(&self) -> bool {
+        matches!(self.family, Family::Qwen3Moe | Family::Mixtral)
+    }
 }
 
 #[cfg(test)]
@@ -198,10 +225,11 @@ mod tests {
 
     #[test]
     fn unknown_and_moe_architectures_are_named() {
-        let e = by_hf(Some("qwen3_moe"), &[]).unwrap_err().to_string();
-        assert!(e.contains("`qwen3_moe`: a mixture-of-experts model"), "{e}");
+        let e = by_hf(Some("gpt_oss"), &[]).unwrap_err().to_string();
+        assert!(e.contains("`gpt_oss`: a mixture-of-experts model"), "{e}");
         assert!(e.contains("qwen3, gemma2"), "{e}");
-        let e = by_gguf("llama", Some(8)).unwrap_err().to_string();
+        assert_eq!(by_gguf("llama", Some(8)).unwrap().family, Family::Mixtral);
+        let e = by_gguf("qwen2", Some(8)).unwrap_err().to_string();
         assert!(
             e.contains("mixture-of-experts") && e.contains("expert_count"),
             "{e}"

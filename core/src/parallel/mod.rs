@@ -102,6 +102,14 @@ impl TensorParallel {
         if !c.intermediate_size.is_multiple_of(tp) {
             return refuse(format!("intermediate size {}", c.intermediate_size));
         }
+        if let Some(moe) = &c.features.moe {
+            if !moe.expert_intermediate_size.is_multiple_of(tp) {
+                return refuse(format!(
+                    "expert intermediate size {}",
+                    moe.expert_intermediate_size
+                ));
+            }
+        }
         if tp > 1 && c.features.qk_norm == Some(crate::config::QkNorm::Whole) {
             return Err(InferError::Distributed(format!(
                 "{} normalizes queries and keys over all heads at once, which tensor parallelism would split; run it with -tp 1",
@@ -134,6 +142,9 @@ impl TensorParallel {
         local.num_heads = c.num_heads / self.size;
         local.num_kv_heads = self.local_kv_heads(c);
         local.intermediate_size = c.intermediate_size / self.size;
+        if let Some(moe) = &mut local.features.moe {
+            moe.expert_intermediate_size /= self.size;
+        }
         local
     }
 }

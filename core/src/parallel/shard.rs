@@ -16,7 +16,12 @@ enum Split {
         start: usize,
         len: usize,
     },
-    /// Input columns `start..start + len` of every row.
+    /// Rows `start..start + len` of each expert's matrix (expert gate and up).
+    ExpertRows {
+        start: usize,
+        len: usize,
+    },
+    /// Input columns `start..start + len` of every row (of every expert's matrix).
     Cols {
         start: usize,
         len: usize,
@@ -31,6 +36,11 @@ fn split(tp: &TensorParallel, c: &ModelConfig, w: WeightName) -> Split {
     let kv_len = tp.local_kv_heads(c) * c.head_dim;
     let kv_start = tp.first_kv_head(c) * c.head_dim;
     let ff_len = c.intermediate_size / tp.size;
+    let eff_len = c
+        .features
+        .moe
+        .as_ref()
+        .map_or(0, |m| m.expert_intermediate_size / tp.size);
     let WeightName::Layer(_, w) = w else {
         return Split::Whole;
     };
@@ -55,6 +65,16 @@ fn split(tp: &TensorParallel, c: &ModelConfig, w: WeightName) -> Split {
             start: tp.rank * ff_len,
             len: ff_len,
         },
+        // Experts split along their intermediate dimension; every rank routes alike.
+        LayerWeight::ExpGate | LayerWeight::ExpUp => Split::ExpertRows {
+            start: tp.rank * eff_len,
+            len: eff_len,
+        },
+        LayerWeight::ExpDown => Split::Cols {
+            start: tp.rank * eff_len,
+            len: eff_len,
+        },
+        LayerWeight::Router => Split::Whole,
         // Norms act on whole hidden rows, or on each head alike (per-head q/k norms).
         LayerWeight::AttnNorm
         | LayerWeight::FfnNorm
@@ -72,21 +92,41 @@ pub fn shard_weight(
     w: WeightName,
     t: HostTensor,
 ) -> HostTensor {
-    let cols = if t.shape.len() == 2 { t.shape[1] } else { 1 };
+    let cols = if t.shape.len() >= 2 {
+        t.shape[t.shape.len() - 1]
+    } else {
+        1
+    };
+    let mut shape = t.shape.clone();
     match split(tp, c, w) {
         Split::Whole => t,
         Split::Rows { start, len } => {
-            let mut shape = t.shape.clone();
             shape[0] = len;
             HostTensor::new(shape, t.data[start * cols..(start + len) * cols].to_vec())
         }
+        Split::ExpertRows { start, len } => {
+            // [experts, rows, cols]: the same rows of every expert.
+            let (experts, rows) = (shape[0], shape[1]);
+            shape[1] = len;
+            let data = (0..experts)
+                .flat_map(|e| {
+                    let first = (e * rows + start) * cols;
+                    &t.data[first..first + len * cols]
+                })
+                .copied()
+                .collect();
+            HostTensor::new(shape, data)
+        }
         Split::Cols { start, len } => {
-            let rows = t.shape[0];
+            let rows = t.data.len() / cols.max(1);
             let data = (0..rows)
                 .flat_map(|r| &t.data[r * cols + start..r * cols + start + len])
                 .copied()
                 .collect();
-            HostTensor::new(vec![rows, len], data)
+            if let Some(last) = shape.last_mut() {
+                *last = len;
+            }
+            HostTensor::new(shape, data)
         }
     }
 }
@@ -101,13 +141,31 @@ pub fn shard_packed(
 ) -> Option<PackedTensor> {
     let row_bytes = p.row_bytes();
     let (per_block, block_bytes) = p.dtype.block();
+    let mut shape = p.shape.clone();
     match split(tp, c, w) {
         Split::Whole => Some(p),
-        Split::Rows { start, len } => Some(PackedTensor {
-            shape: vec![len, p.shape[1]],
-            dtype: p.dtype,
-            data: p.data.slice(start * row_bytes..(start + len) * row_bytes),
-        }),
+        Split::Rows { start, len } => {
+            shape[0] = len;
+            Some(PackedTensor {
+                shape,
+                dtype: p.dtype,
+                data: p.data.slice(start * row_bytes..(start + len) * row_bytes),
+            })
+        }
+        Split::ExpertRows { start, len } => {
+            let (experts, rows) = (shape[0], shape[1]);
+            shape[1] = len;
+            let mut data = Vec::with_capacity(experts * len * row_bytes);
+            for e in 0..experts {
+                let first = (e * rows + start) * row_bytes;
+                data.extend_from_slice(&p.data[first..first + len * row_bytes]);
+            }
+            Some(PackedTensor {
+                shape,
+                dtype: p.dtype,
+                data: data.into(),
+            })
+        }
         Split::Cols { start, len } => {
             if !start.is_multiple_of(per_block) || !len.is_multiple_of(per_block) {
                 return None;
@@ -116,12 +174,16 @@ pub fn shard_packed(
                 start / per_block * block_bytes,
                 len / per_block * block_bytes,
             );
-            let mut data = Vec::with_capacity(p.shape[0] * n);
-            for r in 0..p.shape[0] {
+            let rows = p.data.len() / row_bytes.max(1);
+            let mut data = Vec::with_capacity(rows * n);
+            for r in 0..rows {
                 data.extend_from_slice(&p.data[r * row_bytes + from..r * row_bytes + from + n]);
             }
+            if let Some(last) = shape.last_mut() {
+                *last = len;
+            }
             Some(PackedTensor {
-                shape: vec![p.shape[0], len],
+                shape,
                 dtype: p.dtype,
                 data: data.into(),
             })
