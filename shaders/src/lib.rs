@@ -58,6 +58,13 @@ pub const MATMUL_ROWS_F16: Kernel = kernel_with!("weights_f16", "matmul_rows", [
 pub const RMS_NORM_ROWS: Kernel = kernel!("rms_norm_rows", ["main"]);
 pub const EMBEDDING_ROWS_F32: Kernel = kernel_with!("weights_f32", "embedding_rows", ["main"]);
 pub const EMBEDDING_ROWS_F16: Kernel = kernel_with!("weights_f16", "embedding_rows", ["main"]);
+pub const MOE_ROUTE: Kernel = kernel!("moe_route", ["main"]);
+pub const MOE_GROUP: Kernel = kernel!("moe_group", ["main"]);
+pub const MOE_COMBINE: Kernel = kernel!("moe_combine", ["main"]);
+pub const MOE_MATMUL_F32: Kernel = kernel_with!("weights_f32", "moe_matmul", ["main"]);
+pub const MOE_MATMUL_F16: Kernel = kernel_with!("weights_f16", "moe_matmul", ["main"]);
+/// Most experts the grouping kernel holds (its `MAX_EXPERTS`).
+pub const MOE_MAX_EXPERTS: usize = 4096;
 /// Rows of `x` the small-batch matmul takes at once (its `MAX_M`).
 pub const MATMUL_SMALL_MAX_M: usize = 8;
 
@@ -87,6 +94,11 @@ pub const ALL: &[Kernel] = &[
     RMS_NORM_ROWS,
     EMBEDDING_ROWS_F32,
     EMBEDDING_ROWS_F16,
+    MOE_ROUTE,
+    MOE_GROUP,
+    MOE_COMBINE,
+    MOE_MATMUL_F32,
+    MOE_MATMUL_F16,
 ];
 
 /// Keys per partition of the paged-attention kernel (its `PART` constant).
@@ -151,6 +163,9 @@ mod tests {
         let src = PAGED_ATTENTION.source;
         assert!(src.contains(&format!("const PART: u32 = {ATTENTION_PARTITION}u;")));
         assert!(src.contains(&format!("const MAX_HEAD_DIM: u32 = {MAX_HEAD_DIM}u;")));
+        assert!(MOE_GROUP
+            .source
+            .contains(&format!("const MAX_EXPERTS: u32 = {MOE_MAX_EXPERTS}u;")));
         let src = MATMUL_SMALL_F32.source;
         assert!(src.contains(&format!("const MAX_M: u32 = {MATMUL_SMALL_MAX_M}u;")));
     }

@@ -11,6 +11,7 @@ use infer_core::batch::BatchInput;
 use infer_core::block_manager::BlockCopy;
 use infer_core::config::RopeStyle;
 use infer_core::error::{InferError, Result};
+use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::weights::HostTensor;
 
 use crate::cache::{row_and_block, WgpuKvCache, WgpuSwapSpace};
@@ -86,7 +87,7 @@ impl WgpuBackend {
         Ok(())
     }
 
-    fn out(
+    pub(crate) fn out(
         &self,
         r: crate::context::GpuResult<GpuBuffer>,
         shape: Vec<usize>,
@@ -119,6 +120,7 @@ impl Backend for WgpuBackend {
     type Batch = WgpuBatch;
     type KvCache = WgpuKvCache;
     type SwapSpace = WgpuSwapSpace;
+    type Routing = crate::moe::WgpuRouting;
 
     fn name(&self) -> String {
         format!(
@@ -471,6 +473,27 @@ impl Backend for WgpuBackend {
             shape,
         );
         self.out(out, vec![n, p.num_heads * p.head_dim])
+    }
+
+    fn moe_route(&self, logits: &WgpuTensor, routing: &MoeRouting) -> Result<Self::Routing> {
+        self.route(logits, routing)
+    }
+
+    fn routing_to_host(&self, routing: &Self::Routing) -> Result<HostRouting> {
+        self.routing_host(routing)
+    }
+
+    fn moe_matmul(
+        &self,
+        x: &WgpuTensor,
+        experts: &WgpuTensor,
+        routing: &Self::Routing,
+    ) -> Result<WgpuTensor> {
+        self.grouped_matmul(x, experts, routing)
+    }
+
+    fn moe_combine(&self, y: &WgpuTensor, routing: &Self::Routing) -> Result<WgpuTensor> {
+        self.combine(y, routing)
     }
 
     fn gather_logit_rows(&self, x: &WgpuTensor, batch: &WgpuBatch) -> Result<WgpuTensor> {

@@ -57,6 +57,7 @@ pub struct MatrixRef<'a> {
     pub parts: &'a [GpuBuffer],
     /// Rows per part (the last part may hold fewer).
     pub part_rows: usize,
+    /// Rows in all (of every expert, for stacked experts).
     pub rows: usize,
     pub cols: usize,
     pub storage: WeightStorage,
@@ -64,7 +65,7 @@ pub struct MatrixRef<'a> {
 
 impl MatrixRef<'_> {
     /// `(buffer, first row, rows)` per part.
-    fn parts(&self) -> impl Iterator<Item = (&GpuBuffer, usize, usize)> {
+    pub(crate) fn parts(&self) -> impl Iterator<Item = (&GpuBuffer, usize, usize)> {
         self.parts.iter().enumerate().map(|(i, b)| {
             let first = i * self.part_rows;
             (b, first, self.part_rows.min(self.rows - first))
@@ -81,7 +82,7 @@ fn check(what: &str, ok: bool, detail: impl FnOnce() -> String) -> GpuResult<()>
 }
 
 /// A grid of `groups` workgroups, spilling past 65,535 along x into y.
-fn groups_grid(groups: usize) -> (u32, u32, u32) {
+pub(crate) fn groups_grid(groups: usize) -> (u32, u32, u32) {
     let groups = groups as u32;
     (groups.min(65_535), groups.div_ceil(65_535), 1)
 }

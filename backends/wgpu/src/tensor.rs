@@ -74,7 +74,8 @@ impl WgpuTensor {
                 format!("a row of {row_bytes} bytes exceeds the {max_binding}-byte binding limit"),
             ));
         }
-        if rows > part_rows && t.shape.len() != 2 {
+        // Matrices, and stacks of them (experts), split at any row.
+        if rows > part_rows && !(2..=3).contains(&t.shape.len()) {
             return Err(op_err(
                 "upload",
                 format!(

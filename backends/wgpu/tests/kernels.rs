@@ -263,3 +263,22 @@ fn shared_conformance_checks_pass() {
         check_matmul(&g, 9, 33, 70, false, 4, 2e-3);
     }
 }
+
+/// The routed-MLP ops against the float64 reference: f32 and f16 experts, whole and split
+/// across bindings at rows that cut through experts.
+#[test]
+fn moe_ops_match_the_float64_reference() {
+    use infer_tests::conformance::{check_moe_ops, moe_cases};
+    for weights in [WeightStorage::F32, WeightStorage::F16] {
+        for split in [None, Some(20_000)] {
+            let g = match split {
+                Some(bytes) => gpu(weights).with_max_binding(bytes),
+                None => gpu(weights),
+            };
+            for (i, case) in moe_cases().iter().enumerate() {
+                let half = weights == WeightStorage::F16;
+                check_moe_ops(&g, case, half, 200 + i as u64, 2e-3);
+            }
+        }
+    }
+}

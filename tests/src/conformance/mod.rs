@@ -7,10 +7,12 @@ mod attention;
 mod dense;
 mod engine;
 pub mod families;
+mod moe;
 
 pub use attention::{check_attention, check_block_copies, check_rope};
 pub use dense::{check_dense_ops, check_matmul, to_f16};
 pub use engine::smollm2_greedy;
+pub use moe::{check_moe_ops, moe_cases, MoeCase};
 
 use infer_core::{Backend, BatchInput, HostTensor, SequenceChunk};
 use infer_cpu::CpuBackend;
