@@ -49,6 +49,17 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
         &["paged_attention", "attention_reduce"],
     ),
     (
+        "moe.cu",
+        include_str!("../kernels/moe.cu"),
+        &[
+            "moe_route",
+            "moe_group",
+            "moe_matmul_f32",
+            "moe_matmul_f16",
+            "moe_combine",
+        ],
+    ),
+    (
         "argmax.cu",
         include_str!("../kernels/argmax.cu"),
         &["argmax"],
@@ -57,6 +68,8 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
 
 /// Keys per attention partition (`PARTITION` in paged_attention.cu).
 pub const ATTENTION_PARTITION: usize = 512;
+/// Most experts the grouping kernel's shared memory holds (`MOE_MAX_EXPERTS` in moe.cu).
+pub const MOE_MAX_EXPERTS: usize = 4096;
 /// Largest head dimension the attention kernel's shared memory holds.
 pub const MAX_HEAD_DIM: usize = 256;
 

@@ -7,6 +7,7 @@ use infer_core::batch::BatchInput;
 use infer_core::block_manager::BlockCopy;
 use infer_core::config::RopeStyle;
 use infer_core::error::{InferError, Result};
+use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::weights::HostTensor;
 
 use crate::backend::{u32_arg, CudaBackend, CudaBatch, CudaWeights};
@@ -67,6 +68,7 @@ impl Backend for CudaBackend {
     type Batch = CudaBatch;
     type KvCache = CudaKvCache;
     type SwapSpace = CudaSwapSpace;
+    type Routing = crate::moe::CudaRouting;
 
     fn name(&self) -> String {
         let (major, minor) = self.dev.arch;
@@ -404,6 +406,27 @@ impl Backend for CudaBackend {
             ));
         };
         Ok(comm.all_reduce_sum(x.f32_mut("all_reduce_sum")?)?)
+    }
+
+    fn moe_route(&self, logits: &CudaTensor, routing: &MoeRouting) -> Result<Self::Routing> {
+        self.route(logits, routing)
+    }
+
+    fn routing_to_host(&self, routing: &Self::Routing) -> Result<HostRouting> {
+        self.routing_host(routing)
+    }
+
+    fn moe_matmul(
+        &self,
+        x: &CudaTensor,
+        experts: &CudaTensor,
+        routing: &Self::Routing,
+    ) -> Result<CudaTensor> {
+        self.grouped_matmul(x, experts, routing)
+    }
+
+    fn moe_combine(&self, y: &CudaTensor, routing: &Self::Routing) -> Result<CudaTensor> {
+        self.combine(y, routing)
     }
 
     fn gather_logit_rows(&self, x: &CudaTensor, batch: &CudaBatch) -> Result<CudaTensor> {

@@ -60,3 +60,14 @@ fn paged_attention_matches_the_cpu_across_partitions() {
     check_attention(&g, &[(2, 3)], 2, 2, 128, 1, 7, 2e-3);
     check_block_copies(&g, 6, 2e-3);
 }
+
+#[test]
+fn moe_ops_match_the_float64_reference() {
+    use infer_tests::conformance::{check_moe_ops, moe_cases};
+    for weights in [CudaWeights::F32, CudaWeights::F16] {
+        let Some(g) = gpu(weights) else { return };
+        for (i, case) in moe_cases().iter().enumerate() {
+            check_moe_ops(&g, case, weights == CudaWeights::F16, 300 + i as u64, 1e-4);
+        }
+    }
+}
