@@ -115,7 +115,8 @@ fn a_config_without_weights_runs_with_random_weights() {
 /// The committed real-size configs of each family (configs/) load with random Q4_0 matrices
 /// and step: every shape at scale (Qwen3's free head_dim, Gemma 3's 256-wide heads and 262K
 /// vocabulary, Phi-4-mini's fused projections and partial LongRoPE, Granite's multipliers,
-/// OLMo 2's whole-projection norms) goes through the forward once.
+/// OLMo 2's whole-projection norms, 128 experts of which 8 per token as 3-D packed tensors)
+/// goes through the forward once.
 #[test]
 fn real_size_configs_of_every_family_step_with_q4_0_dummy_weights() {
     let tok = smollm2_path();
@@ -125,6 +126,7 @@ fn real_size_configs_of_every_family_step_with_q4_0_dummy_weights() {
         "phi-4-mini",
         "granite-3-8b",
         "olmo-2-7b",
+        "moe-bench-128x8",
     ] {
         let config = infer_tests::workspace_root().join(format!("configs/{name}/config.json"));
         let out = Command::new(env!("CARGO_BIN_EXE_infer"))

@@ -379,7 +379,17 @@ fn a_killed_rank_ends_the_group_within_seconds() {
 fn every_family_at_tp2_matches_tp1_or_is_refused_by_name() {
     let families = infer_tests::fixtures_dir().join("families");
     for name in [
-        "llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "olmo2",
+        "llama3",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "gemma2",
+        "gemma3",
+        "phi3",
+        "granite",
+        "olmo2",
+        "qwen3_moe",
+        "mixtral",
     ] {
         let model = families.join(format!("{name}.gguf"));
         let model = model.to_string_lossy().into_owned();

@@ -250,6 +250,54 @@ mod tests {
     }
 
     #[test]
+    fn experts_split_along_their_intermediate_dimension() {
+        use crate::config::{Moe, MoeRouting, MoeScoring};
+        let mut c = config();
+        c.features.moe = Some(Moe {
+            routing: MoeRouting {
+                num_experts: 3,
+                top_k: 2,
+                scoring: MoeScoring::SoftmaxTopK { renormalize: true },
+            },
+            expert_intermediate_size: 64,
+            sparse_layers: Vec::new(),
+        });
+        for size in [1, 2] {
+            for rank in 0..size {
+                let tp = TensorParallel { rank, size };
+                let local = tp.local_config(&c);
+                for (w, shape) in [
+                    (LayerWeight::ExpGate, [3, 64, 64]),
+                    (LayerWeight::ExpDown, [3, 64, 64]),
+                    (LayerWeight::Router, [3, 64, 64]),
+                ] {
+                    let w = WeightName::Layer(0, w);
+                    let mut p = q8_0(3 * 64, 64, rank as u32);
+                    p.shape = shape.to_vec();
+                    let full = p.dequantize();
+                    let dense = shard_weight(&tp, &c, w, full.clone());
+                    let packed = shard_packed(&tp, &c, w, p).unwrap();
+                    assert_eq!(packed.dequantize(), dense, "{w:?} rank {rank}/{size}");
+                    if w == WeightName::Layer(0, LayerWeight::Router) {
+                        assert_eq!(dense, full, "the router is replicated");
+                        continue;
+                    }
+                    assert_eq!(dense.shape, w.expected_shape(&local), "{w:?}");
+                    // Expert 2's first local element is the full tensor's at this rank's offset.
+                    let (off_rows, off_cols) = match w {
+                        WeightName::Layer(_, LayerWeight::ExpGate) => (rank * 64 / size, 0),
+                        _ => (0, rank * 64 / size),
+                    };
+                    let at = |t: &HostTensor, e: usize, r: usize, col: usize| {
+                        t.data[(e * t.shape[1] + r) * t.shape[2] + col]
+                    };
+                    assert_eq!(at(&dense, 2, 0, 0), at(&full, 2, off_rows, off_cols));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn columns_inside_a_block_are_left_to_the_dense_path() {
         let mut c = config();
         c.num_heads = 8;
