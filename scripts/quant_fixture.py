@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Random blocks of every GGUF quant type we read (Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS)
+"""Random blocks of every GGUF quant type we read (Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, MXFP4)
 and their f32 values as dequantized by the `gguf` package's numpy code, stored together in
 fixtures/quants.gguf: tensor `<type>` holds the blocks and `<type>.expected` the f32 values.
 Re-run:  python3 -m venv /tmp/gg && /tmp/gg/bin/pip install gguf numpy
@@ -19,7 +19,7 @@ ROWS, COLS = 3, 512
 F16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
-    T.IQ4_NL: [0], T.IQ4_XS: [0],
+    T.IQ4_NL: [0], T.IQ4_XS: [0], T.MXFP4: [],
 }
 
 
@@ -34,6 +34,8 @@ def main():
         for at in fields:
             scales = rng.uniform(-0.05, 0.05, size=n_blocks).astype(np.float16)
             raw[:, at:at + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
+        if qtype == T.MXFP4:
+            raw[:, 0] = rng.integers(115, 130, size=n_blocks, dtype=np.uint8)
         raw = raw.reshape(ROWS, COLS // block_elems * block_bytes)
         expected = dequantize(raw, qtype).reshape(ROWS, COLS).astype(np.float32)
         assert np.isfinite(expected).all()

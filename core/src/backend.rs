@@ -238,6 +238,15 @@ pub trait Backend {
     /// `gelu_tanh(gate) * up`, GELU's tanh approximation
     /// `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))` (Gemma).
     fn gelu_tanh_mul(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// gpt-oss's SwiGLU: `(clamp(up, -limit, limit) + 1) · g · σ(alpha · g)` with
+    /// `g = min(gate, limit)`.
+    fn swiglu_clamped(
+        &self,
+        gate: &Self::Tensor,
+        up: &Self::Tensor,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<Self::Tensor>;
     /// `x *= s` (embedding, residual and logit multipliers).
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<()>;
     /// `x = cap · tanh(x / cap)` (final logit soft-capping).
@@ -265,6 +274,8 @@ pub trait Backend {
     /// Causal attention of `q [num_tokens, heads * head_dim]` over each sequence's cached K/V,
     /// read through its block table: a query at position p sees keys 0..=p, or only the last
     /// `params.window` of them. Prefill chunks and decode tokens mix freely in one batch.
+    /// `sinks [heads]` (gpt-oss): a per-head logit that joins each softmax's denominator and
+    /// attends to nothing, so a query may give less than all its weight to the keys.
     fn paged_attention(
         &self,
         q: &Self::Tensor,
@@ -272,6 +283,7 @@ pub trait Backend {
         layer: usize,
         batch: &Self::Batch,
         params: &AttentionParams,
+        sinks: Option<&Self::Tensor>,
     ) -> Result<Self::Tensor>;
     /// Sums `x` element-wise over the ranks of the tensor-parallel group, in place (the
     /// row-parallel o_proj and down_proj outputs). Called only with more than one rank; a
@@ -299,6 +311,14 @@ pub trait Backend {
         experts: &Self::Tensor,
         routing: &Self::Routing,
     ) -> Result<Self::Tensor>;
+    /// `y[a] += bias[ids[a]]` for each assignment `a` of `y [tokens · k, n]`, with
+    /// `bias [num_experts, n]` (gpt-oss's expert biases).
+    fn moe_add_bias(
+        &self,
+        y: &mut Self::Tensor,
+        bias: &Self::Tensor,
+        routing: &Self::Routing,
+    ) -> Result<()>;
     /// Each token's expert outputs summed with its routing weights:
     /// `out[t] = Σₛ weights[t·k + s] · y[t·k + s]`, `[tokens, cols]`.
     fn moe_combine(&self, y: &Self::Tensor, routing: &Self::Routing) -> Result<Self::Tensor>;

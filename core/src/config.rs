@@ -30,12 +30,14 @@ pub enum NormPlacement {
 }
 
 /// The gated MLP's activation: `act(gate) * up`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Activation {
     #[default]
     Silu,
     /// GELU, tanh approximation (`gelu_pytorch_tanh`: Gemma).
     GeluTanh,
+    /// gpt-oss: `(clamp(up, ±limit) + 1) · g · σ(alpha · g)` with `g = min(gate, limit)`.
+    SwigluClamped { alpha: f32, limit: f32 },
 }
 
 /// What a family changes in the Llama block. `Default` is Llama.
@@ -70,6 +72,10 @@ pub struct Features {
     pub local_rope: Option<Rope>,
     /// Routed experts in place of the dense MLP (on the layers `Moe::sparse_layers` marks).
     pub moe: Option<Moe>,
+    /// A learned per-head logit in every attention softmax's denominator (gpt-oss).
+    pub attention_sinks: bool,
+    /// o_proj carries a bias (gpt-oss).
+    pub o_bias: bool,
 }
 
 /// A mixture-of-experts MLP: each token runs `routing.top_k` of `routing.num_experts` gated
@@ -81,6 +87,8 @@ pub struct Moe {
     /// Per layer, whether its MLP is routed; empty means every layer (Qwen3-MoE's
     /// `mlp_only_layers` and `decoder_sparse_step` leave some dense).
     pub sparse_layers: Vec<bool>,
+    /// The router and every expert projection carry biases (gpt-oss).
+    pub biases: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

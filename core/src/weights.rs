@@ -151,6 +151,15 @@ pub enum LayerWeight {
     ExpGate,
     ExpUp,
     ExpDown,
+    /// gpt-oss: the router's bias `[experts]`, the experts' biases `[experts, ff]` (gate, up)
+    /// and `[experts, hidden]` (down), o_proj's bias `[hidden]` and the attention sinks
+    /// `[heads]`.
+    RouterBias,
+    ExpGateBias,
+    ExpUpBias,
+    ExpDownBias,
+    OBias,
+    Sinks,
 }
 
 impl LayerWeight {
@@ -196,10 +205,16 @@ impl WeightName {
                 LayerWeight::O => vec![h, q],
                 LayerWeight::Gate | LayerWeight::Up => vec![ff, h],
                 LayerWeight::Down => vec![h, ff],
+                LayerWeight::OBias => vec![h],
+                LayerWeight::Sinks => vec![c.num_heads],
                 LayerWeight::Router
                 | LayerWeight::ExpGate
                 | LayerWeight::ExpUp
-                | LayerWeight::ExpDown => {
+                | LayerWeight::ExpDown
+                | LayerWeight::RouterBias
+                | LayerWeight::ExpGateBias
+                | LayerWeight::ExpUpBias
+                | LayerWeight::ExpDownBias => {
                     let Some(moe) = &c.features.moe else {
                         return vec![0];
                     };
@@ -207,6 +222,9 @@ impl WeightName {
                     match w {
                         LayerWeight::Router => vec![e, h],
                         LayerWeight::ExpDown => vec![e, h, eff],
+                        LayerWeight::RouterBias => vec![e],
+                        LayerWeight::ExpGateBias | LayerWeight::ExpUpBias => vec![e, eff],
+                        LayerWeight::ExpDownBias => vec![e, h],
                         _ => vec![e, eff, h],
                     }
                 }
@@ -238,7 +256,15 @@ impl WeightName {
                 self,
                 WeightName::Layer(
                     _,
-                    LayerWeight::QBias | LayerWeight::KBias | LayerWeight::VBias
+                    LayerWeight::QBias
+                        | LayerWeight::KBias
+                        | LayerWeight::VBias
+                        | LayerWeight::OBias
+                        | LayerWeight::Sinks
+                        | LayerWeight::RouterBias
+                        | LayerWeight::ExpGateBias
+                        | LayerWeight::ExpUpBias
+                        | LayerWeight::ExpDownBias
                 )
             )
     }

@@ -61,6 +61,7 @@ pub const EMBEDDING_ROWS_F16: Kernel = kernel_with!("weights_f16", "embedding_ro
 pub const MOE_ROUTE: Kernel = kernel!("moe_route", ["main"]);
 pub const MOE_GROUP: Kernel = kernel!("moe_group", ["main"]);
 pub const MOE_COMBINE: Kernel = kernel!("moe_combine", ["main"]);
+pub const MOE_ADD_BIAS: Kernel = kernel!("moe_add_bias", ["main"]);
 pub const MOE_MATMUL_F32: Kernel = kernel_with!("weights_f32", "moe_matmul", ["main"]);
 pub const MOE_MATMUL_F16: Kernel = kernel_with!("weights_f16", "moe_matmul", ["main"]);
 /// Most experts the grouping kernel holds (its `MAX_EXPERTS`).
@@ -97,6 +98,7 @@ pub const ALL: &[Kernel] = &[
     MOE_ROUTE,
     MOE_GROUP,
     MOE_COMBINE,
+    MOE_ADD_BIAS,
     MOE_MATMUL_F32,
     MOE_MATMUL_F16,
 ];

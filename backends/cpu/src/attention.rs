@@ -40,6 +40,7 @@ pub fn paged_attention(
     batch: &BatchInput,
     seq_of: &[usize],
     p: &AttentionParams,
+    sinks: Option<&[f32]>,
 ) -> Vec<f32> {
     let (hd, heads) = (p.head_dim, p.num_heads);
     let group = heads / p.num_kv_heads;
@@ -68,7 +69,8 @@ pub fn paged_attention(
                 window: p.window.unwrap_or(usize::MAX),
             };
             let qs = &q[t * heads * hd + g * group * hd..][..group * hd];
-            decode::attend(qs, &keys, hd, p.scale, p.softcap, scores, o);
+            let group_sinks = sinks.map(|s| &s[g * group..(g + 1) * group]);
+            decode::attend(qs, &keys, hd, p.scale, p.softcap, group_sinks, scores, o);
         });
 
     // Long query runs: one task per (sequence, kv head, tile of queries) computes the tile for
@@ -88,7 +90,7 @@ pub fn paged_attention(
                 s,
                 g,
                 r0,
-                prefill_tile(q, k_cache, v_cache, batch, p, s, g, r0),
+                prefill_tile(q, k_cache, v_cache, batch, p, sinks, s, g, r0),
             )
         })
         .collect();
@@ -122,6 +124,7 @@ fn prefill_tile(
     v_cache: &[f32],
     batch: &BatchInput,
     p: &AttentionParams,
+    sinks: Option<&[f32]>,
     s: usize,
     g: usize,
     r0: usize,
@@ -171,7 +174,8 @@ fn prefill_tile(
             let lo = (past + r0 + r + 1).saturating_sub(window) - k0;
             row[..lo].iter_mut().for_each(|x| *x = 0.0);
             row[hi..].iter_mut().for_each(|x| *x = 0.0);
-            decode::softmax_scaled(&mut row[lo..hi], p.scale, p.softcap);
+            let sink = sinks.map(|s| s[h]);
+            decode::softmax_scaled(&mut row[lo..hi], p.scale, p.softcap, sink);
         }
         gemm_into(
             &scores,
@@ -217,6 +221,7 @@ mod tests {
             head_dim in 1usize..9,
             window in prop::option::of(1usize..12),
             softcap in prop::option::of(0.3f32..3.0),
+            with_sinks in any::<bool>(),
             seed in 1u64..u64::MAX,
         ) {
             let heads = kv_heads * group;
@@ -259,7 +264,10 @@ mod tests {
             }
             let q = rand_vec(batch.num_tokens() * heads * head_dim, &mut s);
             let p = AttentionParams { num_heads: heads, num_kv_heads: kv_heads, head_dim, scale: 0.7, window, softcap };
-            let out = paged_attention(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p);
+            // Sinks of about the scores' size, so they take a real share of each softmax.
+            let sinks: Vec<f32> = rand_vec(heads, &mut s);
+            let sinks = with_sinks.then_some(sinks.as_slice());
+            let out = paged_attention(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p, sinks);
 
             let mut t = 0;
             for (i, (done, new)) in seqs.iter().enumerate() {
@@ -276,9 +284,10 @@ mod tests {
                                 softcap.map_or(s, |c| c as f64 * (s / c as f64).tanh())
                             })
                             .collect();
-                        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let sink = sinks.map(|s| s[h] as f64);
+                        let max = scores.iter().cloned().fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
                         let w: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
-                        let total: f64 = w.iter().sum();
+                        let total: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
                         for d in 0..head_dim {
                             let want: f64 = (lo..=pos).map(|kp| w[kp - lo] / total * row(&dense_v[i], kp)[d] as f64).sum();
                             let got = out[(t * heads + h) * head_dim + d] as f64;

@@ -325,6 +325,30 @@ impl Backend for CpuBackend {
         ))
     }
 
+    fn swiglu_clamped(
+        &self,
+        gate: &CpuTensor,
+        up: &CpuTensor,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<CpuTensor> {
+        if gate.shape != up.shape {
+            return Err(shape_err(
+                "swiglu_clamped",
+                format!("{:?} vs {:?}", gate.shape, up.shape),
+            ));
+        }
+        Ok(CpuTensor::new(
+            gate.shape.clone(),
+            ops::swiglu_clamped(
+                gate.f32("swiglu_clamped")?,
+                up.f32("swiglu_clamped")?,
+                alpha,
+                limit,
+            ),
+        ))
+    }
+
     fn scale(&self, x: &mut CpuTensor, s: f32) -> Result<()> {
         ops::scale(x.f32_mut("scale")?, s);
         Ok(())
@@ -434,8 +458,16 @@ impl Backend for CpuBackend {
         layer: usize,
         batch: &CpuBatch,
         p: &AttentionParams,
+        sinks: Option<&CpuTensor>,
     ) -> Result<CpuTensor> {
         check_layer(cache, layer)?;
+        let sinks = sinks.map(|s| s.f32("paged_attention")).transpose()?;
+        if sinks.is_some_and(|s| s.len() != p.num_heads) {
+            return Err(shape_err(
+                "paged_attention",
+                format!("sinks of {} heads", p.num_heads),
+            ));
+        }
         let s = cache.spec;
         if q.shape != [batch.input.num_tokens(), p.num_heads * p.head_dim]
             || p.num_kv_heads != s.num_kv_heads
@@ -466,6 +498,7 @@ impl Backend for CpuBackend {
             &batch.input,
             &batch.seq_of_token,
             p,
+            sinks,
         );
         Ok(CpuTensor::new(q.shape.clone(), out))
     }
@@ -504,6 +537,15 @@ impl Backend for CpuBackend {
         routing: &HostRouting,
     ) -> Result<CpuTensor> {
         moe::moe_matmul(x, experts, routing)
+    }
+
+    fn moe_add_bias(
+        &self,
+        y: &mut CpuTensor,
+        bias: &CpuTensor,
+        routing: &HostRouting,
+    ) -> Result<()> {
+        moe::moe_add_bias(y, bias, routing)
     }
 
     fn moe_combine(&self, y: &CpuTensor, routing: &HostRouting) -> Result<CpuTensor> {

@@ -105,3 +105,26 @@ pub(crate) fn moe_combine(y: &CpuTensor, r: &HostRouting) -> Result<CpuTensor> {
         });
     Ok(CpuTensor::new(vec![tokens, cols], out))
 }
+
+/// `y[a] += bias[ids[a]]`.
+pub(crate) fn moe_add_bias(y: &mut CpuTensor, bias: &CpuTensor, r: &HostRouting) -> Result<()> {
+    let (rows, n) = y.rows_cols();
+    if rows != r.ids.len() || bias.shape != [r.num_experts(), n] {
+        return Err(shape_err(
+            "moe_add_bias",
+            format!(
+                "y {:?} bias {:?} for {} assignments",
+                y.shape,
+                bias.shape,
+                r.ids.len()
+            ),
+        ));
+    }
+    let bias = bias.f32("moe_add_bias")?;
+    let y = y.f32_mut("moe_add_bias")?;
+    for (row, &e) in y.chunks_exact_mut(n.max(1)).zip(&r.ids) {
+        let b = &bias[e as usize * n..(e as usize + 1) * n];
+        row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+    }
+    Ok(())
+}

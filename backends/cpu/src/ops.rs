@@ -44,6 +44,19 @@ pub fn gelu_tanh_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// gpt-oss's SwiGLU: `(clamp(up, ±limit) + 1) · g · σ(alpha · g)`, `g = min(gate, limit)`.
+pub fn swiglu_clamped(gate: &[f32], up: &[f32], alpha: f32, limit: f32) -> Vec<f32> {
+    gate.par_iter()
+        .zip(up.par_iter())
+        .with_min_len(4096)
+        .map(|(&g, &u)| {
+            let g = g.min(limit);
+            let u = u.clamp(-limit, limit);
+            (u + 1.0) * g / (1.0 + (-alpha * g).exp())
+        })
+        .collect()
+}
+
 pub fn scale(x: &mut [f32], s: f32) {
     x.par_iter_mut().with_min_len(4096).for_each(|a| *a *= s);
 }
@@ -111,6 +124,23 @@ pub fn gather_rows(x: &[f32], row_len: usize, rows: &[u32]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swiglu_clamped_matches_gpt_oss_formula() {
+        let (alpha, limit) = (1.702f64, 7.0f64);
+        let gate = [-9.0f32, -1.0, 0.0, 0.5, 6.9, 7.5, 30.0];
+        let up = [9.0f32, -8.0, 1.0, -0.5, 2.0, -30.0, 0.25];
+        let got = swiglu_clamped(&gate, &up, alpha as f32, limit as f32);
+        for ((&g, &u), got) in gate.iter().zip(&up).zip(got) {
+            let g = (g as f64).min(limit);
+            let u = (u as f64).clamp(-limit, limit);
+            let want = (u + 1.0) * g / (1.0 + (-alpha * g).exp());
+            assert!(
+                (got as f64 - want).abs() < 1e-5 * (1.0 + want.abs()),
+                "{got} vs {want}"
+            );
+        }
+    }
 
     #[test]
     fn rms_norm_unit_rows() {

@@ -26,6 +26,16 @@ extern "C" __global__ void gelu_tanh_mul(const float* gate, const float* up, flo
     }
 }
 
+// gpt-oss's SwiGLU: (clamp(up, ±limit) + 1) · g · σ(alpha · g), g = min(gate, limit).
+extern "C" __global__ void swiglu_clamped(const float* gate, const float* up, float* out,
+                                          float alpha, float limit, u32 n) {
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float g = fminf(gate[i], limit);
+        float u = fminf(fmaxf(up[i], -limit), limit);
+        out[i] = (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+    }
+}
+
 // x *= s (embedding, residual and logit multipliers).
 extern "C" __global__ void scale(float* x, float s, u32 n) {
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)

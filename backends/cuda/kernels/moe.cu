@@ -131,3 +131,10 @@ extern "C" __global__ void moe_combine(const float* y, const float* weights, flo
         out[i] = sum;
     }
 }
+
+// The experts' biases: y[a, c] += bias[ids[a], c] for every assignment a (gpt-oss).
+extern "C" __global__ void moe_add_bias(float* y, const float* bias, const u32* ids, u32 len,
+                                        u32 cols) {
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < len; i += gridDim.x * blockDim.x)
+        y[i] += bias[(size_t)ids[i / cols] * cols + i % cols];
+}

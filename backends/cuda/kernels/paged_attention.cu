@@ -82,14 +82,17 @@ extern "C" __global__ void paged_attention(
 }
 
 // out [tokens, heads * head_dim] from the partitions; one block per (head, token).
+// With `has_sinks`, head h's sink logit joins the denominator (gpt-oss) and attends to nothing.
 extern "C" __global__ void attention_reduce(const float* part_out, const float* part_max,
                                             const float* part_sum, float* out, u32 heads,
-                                            u32 head_dim, u32 parts) {
+                                            u32 head_dim, u32 parts, const float* sinks,
+                                            u32 has_sinks) {
     u32 h = blockIdx.x, t = blockIdx.y;
     size_t base = ((size_t)t * heads + h) * parts;
     float m = -INFINITY;
     for (u32 p = 0; p < parts; ++p) m = fmaxf(m, part_max[base + p]);
-    float total = 0.0f;
+    if (has_sinks) m = fmaxf(m, sinks[h]);
+    float total = has_sinks ? expf(sinks[h] - m) : 0.0f;
     for (u32 p = 0; p < parts; ++p)
         if (part_sum[base + p] > 0.0f) total += part_sum[base + p] * expf(part_max[base + p] - m);
     float* dst = out + ((size_t)t * heads + h) * head_dim;

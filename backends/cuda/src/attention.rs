@@ -18,7 +18,11 @@ pub fn paged_attention(
     layer: usize,
     batch: &CudaBatch,
     p: &AttentionParams,
+    sinks: Option<&CudaTensor>,
 ) -> Result<CudaTensor> {
+    if sinks.is_some_and(|s| s.len() != p.num_heads) {
+        return Err(op_err("paged_attention", format!("sinks of {} heads", p.num_heads)).into());
+    }
     let spec = cache.spec;
     let n = batch.input.num_tokens();
     let width = p.num_heads * p.head_dim;
@@ -100,13 +104,21 @@ pub fn paged_attention(
     let parts32 = a(parts)?;
     b.arg(&part_out).arg(&part_max).arg(&part_sum).arg(&mut out);
     b.arg(&h).arg(&hd).arg(&parts32);
+    // Without sinks the pointer is any buffer: the kernel does not read it.
+    let has_sinks = u32::from(sinks.is_some());
+    match sinks {
+        Some(s) => b.arg(s.f32("paged_attention")?),
+        None => b.arg(&part_max),
+    };
+    b.arg(&has_sinks);
     let cfg = LaunchConfig {
         grid_dim: (h, a(n)?, 1),
         block_dim: (64, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: attention_reduce(const float* x3, float*, u32, u32, u32) over the partials
-    // written above; `out` holds tokens * heads * head_dim.
+    // SAFETY: attention_reduce(const float* x3, float*, u32, u32, u32, const float*, u32)
+    // over the partials written above; `out` holds tokens * heads * head_dim, sinks (read only
+    // with has_sinks) one per head.
     unsafe { b.launch(cfg) }.map_err(CudaError::from)?;
     Ok(CudaTensor {
         storage: Storage::F32(out),

@@ -21,6 +21,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
             "add_bias",
             "silu_mul",
             "gelu_tanh_mul",
+            "swiglu_clamped",
             "scale",
             "softcap",
             "cast_f32_f16",
@@ -57,6 +58,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
             "moe_matmul_f32",
             "moe_matmul_f16",
             "moe_combine",
+            "moe_add_bias",
         ],
     ),
     (

@@ -193,6 +193,40 @@ impl CudaBackend {
         })
     }
 
+    pub(crate) fn add_expert_bias(
+        &self,
+        y: &mut CudaTensor,
+        bias: &CudaTensor,
+        r: &CudaRouting,
+    ) -> Result<()> {
+        let (rows, cols) = y.rows_cols();
+        if rows != r.tokens * r.top_k || bias.shape != [r.experts, cols] {
+            return Err(op_err(
+                "moe_add_bias",
+                format!("y {:?} bias {:?}", y.shape, bias.shape),
+            )
+            .into());
+        }
+        let len = rows * cols;
+        let (l32, c32) = (
+            u32_arg("moe_add_bias", len)?,
+            u32_arg("moe_add_bias", cols)?,
+        );
+        let mut b = self
+            .dev
+            .stream
+            .launch_builder(self.dev.function("moe_add_bias")?);
+        b.arg(y.f32_mut("moe_add_bias")?)
+            .arg(bias.f32("moe_add_bias")?)
+            .arg(&r.ids)
+            .arg(&l32)
+            .arg(&c32);
+        // SAFETY: moe_add_bias(float*, const float*, const u32*, u32 len, u32 cols): y holds
+        // len = assignments·cols, ids one expert (< experts, the bias's rows) per assignment.
+        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
+        Ok(())
+    }
+
     pub(crate) fn combine(&self, y: &CudaTensor, r: &CudaRouting) -> Result<CudaTensor> {
         let (rows, cols) = y.rows_cols();
         if rows != r.tokens * r.top_k {

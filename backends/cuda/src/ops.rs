@@ -324,6 +324,34 @@ impl Backend for CudaBackend {
         self.gated_act("gelu_tanh_mul", gate, up)
     }
 
+    fn swiglu_clamped(
+        &self,
+        gate: &CudaTensor,
+        up: &CudaTensor,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<CudaTensor> {
+        const K: &str = "swiglu_clamped";
+        same_len(K, gate, up)?;
+        let len = gate.len();
+        let mut out = self.output_f32(len)?;
+        let n = u32_arg(K, len)?;
+        let mut b = self.dev.stream.launch_builder(self.dev.function(K)?);
+        b.arg(gate.f32(K)?)
+            .arg(up.f32(K)?)
+            .arg(&mut out)
+            .arg(&alpha)
+            .arg(&limit)
+            .arg(&n);
+        // SAFETY: swiglu_clamped(const float*, const float*, float*, float, float, u32) over n
+        // elements of each.
+        unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: gate.shape.clone(),
+        })
+    }
+
     fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<()> {
         self.scale_in_place("scale", x, s)
     }
@@ -395,8 +423,9 @@ impl Backend for CudaBackend {
         layer: usize,
         batch: &CudaBatch,
         p: &AttentionParams,
+        sinks: Option<&CudaTensor>,
     ) -> Result<CudaTensor> {
-        crate::attention::paged_attention(self, q, cache, layer, batch, p)
+        crate::attention::paged_attention(self, q, cache, layer, batch, p, sinks)
     }
 
     fn all_reduce_sum(&self, x: &mut CudaTensor) -> Result<()> {
@@ -423,6 +452,15 @@ impl Backend for CudaBackend {
         routing: &Self::Routing,
     ) -> Result<CudaTensor> {
         self.grouped_matmul(x, experts, routing)
+    }
+
+    fn moe_add_bias(
+        &self,
+        y: &mut CudaTensor,
+        bias: &CudaTensor,
+        routing: &Self::Routing,
+    ) -> Result<()> {
+        self.add_expert_bias(y, bias, routing)
     }
 
     fn moe_combine(&self, y: &CudaTensor, routing: &Self::Routing) -> Result<CudaTensor> {

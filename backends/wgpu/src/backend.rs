@@ -16,7 +16,7 @@ use infer_core::weights::HostTensor;
 
 use crate::cache::{row_and_block, WgpuKvCache, WgpuSwapSpace};
 use crate::context::{GpuContext, GpuError};
-use crate::kernels::{AttentionShape, WeightStorage};
+use crate::kernels::{AttentionShape, GatedAct, WeightStorage};
 use crate::pool::GpuBuffer;
 use crate::tensor::{op_err, WgpuTensor};
 
@@ -96,11 +96,11 @@ impl WgpuBackend {
     }
 
     /// `act(gate) * up` (SiLU, or GELU-tanh).
-    fn gated_act(&self, gate: &WgpuTensor, up: &WgpuTensor, gelu_tanh: bool) -> Result<WgpuTensor> {
-        let op = if gelu_tanh {
-            "gelu_tanh_mul"
-        } else {
-            "silu_mul"
+    fn gated_act(&self, gate: &WgpuTensor, up: &WgpuTensor, act: GatedAct) -> Result<WgpuTensor> {
+        let op = match act {
+            GatedAct::Silu => "silu_mul",
+            GatedAct::GeluTanh => "gelu_tanh_mul",
+            GatedAct::SwigluClamped { .. } => "swiglu_clamped",
         };
         if gate.shape() != up.shape() {
             return Err(op_err(
@@ -110,7 +110,7 @@ impl WgpuBackend {
         }
         let out = self
             .ctx
-            .gated_act(gate.buf(op)?, up.buf(op)?, gate.len(), gelu_tanh);
+            .gated_act(gate.buf(op)?, up.buf(op)?, gate.len(), act);
         self.out(out, gate.shape().to_vec())
     }
 }
@@ -317,11 +317,21 @@ impl Backend for WgpuBackend {
     }
 
     fn silu_mul(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
-        self.gated_act(gate, up, false)
+        self.gated_act(gate, up, GatedAct::Silu)
     }
 
     fn gelu_tanh_mul(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
-        self.gated_act(gate, up, true)
+        self.gated_act(gate, up, GatedAct::GeluTanh)
+    }
+
+    fn swiglu_clamped(
+        &self,
+        gate: &WgpuTensor,
+        up: &WgpuTensor,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<WgpuTensor> {
+        self.gated_act(gate, up, GatedAct::SwigluClamped { alpha, limit })
     }
 
     fn scale(&self, x: &mut WgpuTensor, s: f32) -> Result<()> {
@@ -435,7 +445,15 @@ impl Backend for WgpuBackend {
         layer: usize,
         batch: &WgpuBatch,
         p: &AttentionParams,
+        sinks: Option<&WgpuTensor>,
     ) -> Result<WgpuTensor> {
+        if sinks.is_some_and(|s| s.len() != p.num_heads) {
+            return Err(op_err(
+                "paged_attention",
+                format!("sinks of {} heads", p.num_heads),
+            ));
+        }
+        let sinks = sinks.map(|s| s.buf("paged_attention")).transpose()?;
         let n = batch.input.num_tokens();
         let Some((kc, vc)) = cache.layers.get(layer) else {
             return Err(op_err("paged_attention", format!("layer {layer}")));
@@ -470,6 +488,7 @@ impl Backend for WgpuBackend {
             vc,
             &batch.block_tables,
             &batch.token_info,
+            sinks,
             shape,
         );
         self.out(out, vec![n, p.num_heads * p.head_dim])
@@ -490,6 +509,15 @@ impl Backend for WgpuBackend {
         routing: &Self::Routing,
     ) -> Result<WgpuTensor> {
         self.grouped_matmul(x, experts, routing)
+    }
+
+    fn moe_add_bias(
+        &self,
+        y: &mut WgpuTensor,
+        bias: &WgpuTensor,
+        routing: &Self::Routing,
+    ) -> Result<()> {
+        self.add_expert_bias(y, bias, routing)
     }
 
     fn moe_combine(&self, y: &WgpuTensor, routing: &Self::Routing) -> Result<WgpuTensor> {

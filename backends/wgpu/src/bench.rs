@@ -214,7 +214,10 @@ impl<'a> KernelBench<'a> {
             shape: format!("{prefill}x{mlp}"),
             flops: 6.0 * len as f64,
             bytes: 12.0 * len as f64,
-            run: Box::new(move || ctx.gated_act(x, y, len, false).map(drop)),
+            run: Box::new(move || {
+                ctx.gated_act(x, y, len, crate::kernels::GatedAct::Silu)
+                    .map(drop)
+            }),
         });
         cases.push(Case {
             kernel: "add_assign",
@@ -322,7 +325,7 @@ impl KernelBench<'_> {
                 shape: format!("decode {seqs} seqs x {context} ctx, {heads}/{kv_heads} heads x {hd}, bs {block_size}"),
                 flops: attention_flops(seqs, context as f64),
                 bytes: 8.0 * (seqs * context * row) as f64,
-                run: Box::new(move || ctx.paged_attention(&q_dec, &kc, &vc, &t, &decode_info, shape(seqs, context)).map(drop)),
+                run: Box::new(move || ctx.paged_attention(&q_dec, &kc, &vc, &t, &decode_info, None, shape(seqs, context)).map(drop)),
             });
         }
         cases.push(Case {
@@ -337,6 +340,7 @@ impl KernelBench<'_> {
                     &v_cache,
                     &tables,
                     &prefill_info,
+                    None,
                     shape(prefill, context),
                 )
                 .map(drop)

@@ -35,6 +35,14 @@ struct AttentionParams {
     _pad: [u32; 2],
 }
 
+/// The gated MLP's activation (`gated_act.wgsl`'s `act`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GatedAct {
+    Silu,
+    GeluTanh,
+    SwigluClamped { alpha: f32, limit: f32 },
+}
+
 /// How a weight matrix is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightStorage {
@@ -230,11 +238,25 @@ impl GpuContext {
         gate: &GpuBuffer,
         up: &GpuBuffer,
         len: usize,
-        gelu_tanh: bool,
+        act: GatedAct,
     ) -> GpuResult<GpuBuffer> {
         let out = self.output(len)?;
         let (grid, stride) = Self::grid_1d(len);
-        let p = Params4([u(len), stride, u32::from(gelu_tanh), 0]);
+        let (code, alpha, limit) = match act {
+            GatedAct::Silu => (0, 0.0, 0.0),
+            GatedAct::GeluTanh => (1, 0.0, 0.0),
+            GatedAct::SwigluClamped { alpha, limit } => (2, alpha, limit),
+        };
+        let p = Params8([
+            u(len),
+            stride,
+            code,
+            0,
+            f32::to_bits(alpha),
+            f32::to_bits(limit),
+            0,
+            0,
+        ]);
         self.dispatch(&shaders::GATED_ACT, "main", &[gate, up, &out], &p, grid)?;
         Ok(out)
     }
@@ -306,6 +328,7 @@ impl GpuContext {
         v_cache: &GpuBuffer,
         block_tables: &GpuBuffer,
         tokens: &GpuBuffer,
+        sinks: Option<&GpuBuffer>,
         s: AttentionShape,
     ) -> GpuResult<GpuBuffer> {
         check(
@@ -349,9 +372,19 @@ impl GpuContext {
         ];
         self.dispatch(&shaders::PAGED_ATTENTION, "main", &bound, &p, grid)?;
         let out = self.output(s.num_tokens * s.heads * s.head_dim)?;
-        let p = Params4([u(s.num_tokens), u(s.heads), u(s.head_dim), u(num_parts)]);
+        let p = Params8([
+            u(s.num_tokens),
+            u(s.heads),
+            u(s.head_dim),
+            u(num_parts),
+            u32::from(sinks.is_some()),
+            0,
+            0,
+            0,
+        ]);
         let grid = (u(s.heads), u(s.num_tokens), 1);
-        let bound = [&part_out, &part_ml, &out];
+        // Without sinks the binding is any buffer: the kernel does not read it.
+        let bound = [&part_out, &part_ml, &out, sinks.unwrap_or(&part_ml)];
         self.dispatch(&shaders::ATTENTION_REDUCE, "main", &bound, &p, grid)?;
         Ok(out)
     }

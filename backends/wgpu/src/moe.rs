@@ -119,6 +119,19 @@ impl GpuContext {
         Ok(out)
     }
 
+    fn moe_add_bias(
+        &self,
+        y: &GpuBuffer,
+        bias: &GpuBuffer,
+        r: &WgpuRouting,
+        cols: usize,
+    ) -> GpuResult<()> {
+        let len = r.tokens * r.top_k * cols;
+        let (grid, stride) = Self::grid_1d(len);
+        let p = Params4([u(len), u(cols.max(1)), stride, 0]);
+        self.dispatch(&shaders::MOE_ADD_BIAS, "main", &[y, bias, &r.ids], &p, grid)
+    }
+
     fn moe_combine(&self, y: &GpuBuffer, r: &WgpuRouting, cols: usize) -> GpuResult<GpuBuffer> {
         let len = r.tokens * cols;
         let out = self.output(len)?;
@@ -197,6 +210,24 @@ impl WgpuBackend {
             rows == r.tokens,
         );
         self.out(out, vec![assignments, n])
+    }
+
+    pub(crate) fn add_expert_bias(
+        &self,
+        y: &mut WgpuTensor,
+        bias: &WgpuTensor,
+        r: &WgpuRouting,
+    ) -> Result<()> {
+        let (rows, cols) = y.rows_cols();
+        if rows != r.tokens * r.top_k || bias.shape() != [r.experts, cols] {
+            return Err(op_err(
+                "moe_add_bias",
+                format!("y {:?} bias {:?}", y.shape(), bias.shape()),
+            ));
+        }
+        self.ctx
+            .moe_add_bias(y.buf("moe_add_bias")?, bias.buf("moe_add_bias")?, r, cols)
+            .map_err(gpu_err)
     }
 
     pub(crate) fn combine(&self, y: &WgpuTensor, r: &WgpuRouting) -> Result<WgpuTensor> {

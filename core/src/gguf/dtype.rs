@@ -1,6 +1,7 @@
 //! GGML tensor types we can load, their block layouts, and dequantization to f32.
 //! Layouts follow ggml-common.h: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL blocks pack 32 weights with an
-//! f16 scale (and min); K-quants and IQ4_XS (see `kquants`) pack 256.
+//! f16 scale (and min), MXFP4's 32 share a power-of-two exponent; K-quants and IQ4_XS (see
+//! `kquants`) pack 256.
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -24,13 +25,15 @@ pub enum GgmlType {
     IQ4NL,
     IQ4XS,
     BF16,
+    /// OCP microscaling FP4 (gpt-oss experts): 32 E2M1 values sharing a power-of-two scale.
+    MXFP4,
 }
 
 const QK: usize = 32;
 
 impl GgmlType {
     /// Every quantized type we read, in ggml's id order.
-    pub const QUANTIZED: [GgmlType; 12] = [
+    pub const QUANTIZED: [GgmlType; 13] = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
@@ -43,6 +46,7 @@ impl GgmlType {
         GgmlType::Q6K,
         GgmlType::IQ4NL,
         GgmlType::IQ4XS,
+        GgmlType::MXFP4,
     ];
 
     pub fn from_id(id: u32) -> Option<Self> {
@@ -62,6 +66,7 @@ impl GgmlType {
             20 => GgmlType::IQ4NL,
             23 => GgmlType::IQ4XS,
             30 => GgmlType::BF16,
+            39 => GgmlType::MXFP4,
             _ => return None,
         })
     }
@@ -89,6 +94,7 @@ impl GgmlType {
             GgmlType::Q6K => "Q6_K",
             GgmlType::IQ4NL => "IQ4_NL",
             GgmlType::IQ4XS => "IQ4_XS",
+            GgmlType::MXFP4 => "MXFP4",
         }
     }
 
@@ -102,6 +108,7 @@ impl GgmlType {
             GgmlType::Q5_0 => (QK, 6 + QK / 2),
             GgmlType::Q5_1 => (QK, 8 + QK / 2),
             GgmlType::IQ4NL => (QK, 2 + QK / 2),
+            GgmlType::MXFP4 => (QK, 1 + QK / 2),
             GgmlType::IQ4XS => (QK_K, 136),
             GgmlType::Q8_0 => (QK, 2 + QK),
             GgmlType::Q2K => (QK_K, 84),
@@ -189,6 +196,13 @@ impl GgmlType {
                 for (j, q) in b[2..].iter().enumerate() {
                     o[j] = d * kquants::IQ4_VALUES[(q & 0x0f) as usize] as f32;
                     o[j + QK / 2] = d * kquants::IQ4_VALUES[(q >> 4) as usize] as f32;
+                }
+            }
+            GgmlType::MXFP4 => {
+                let d = kquants::e8m0_half(b[0]);
+                for (j, q) in b[1..].iter().enumerate() {
+                    o[j] = d * kquants::MXFP4_VALUES[(q & 0x0f) as usize] as f32;
+                    o[j + QK / 2] = d * kquants::MXFP4_VALUES[(q >> 4) as usize] as f32;
                 }
             }
             GgmlType::IQ4XS => kquants::iq4_xs(b, o),

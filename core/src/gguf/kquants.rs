@@ -139,6 +139,20 @@ pub const IQ4_VALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
+/// MXFP4's E2M1 levels, doubled so they are integers (ggml's `kvalues_mxfp4`); the block's
+/// scale is halved to match (`e8m0_half`).
+pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// Half of the E8M0 scale `2^(e - 127)`, exact for every byte (ggml's `e8m0_to_fp32_half`).
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
 /// The 6-bit scale of IQ4_XS sub-block `ib` (0..8), centred on 32.
 pub fn iq4_xs_scale(b: &[u8], ib: usize) -> i32 {
     let high = u16::from_le_bytes([b[2], b[3]]);

@@ -22,6 +22,10 @@ struct Layer<T> {
     /// (q, k) RMSNorm weights (Qwen3, Gemma 3, OLMo 2).
     qk_norm: Option<(T, T)>,
     wo: T,
+    /// o_proj's bias, added on rank 0 only (the ranks' partial sums are then reduced).
+    o_bias: Option<T>,
+    /// Per-head attention sinks (gpt-oss).
+    sinks: Option<T>,
     post_attn_norm: Option<T>,
     ffn_norm: Option<T>,
     mlp: Mlp<T>,
@@ -44,6 +48,9 @@ enum Mlp<T> {
         gate: T,
         up: T,
         down: T,
+        /// gpt-oss: the router's bias, and the experts' (gate, up, down) biases.
+        router_bias: Option<T>,
+        biases: Option<(T, T, T)>,
         routing: MoeRouting,
     },
 }
@@ -239,14 +246,21 @@ impl<B: Backend> Model<B> {
                 _ => None,
             };
             let wo = need(opt(O)?, O)?;
+            let o_bias = opt(OBias)?;
+            let sinks = opt(Sinks)?;
             let post_attn_norm = opt(PostAttnNorm)?;
             let ffn_norm = opt(FfnNorm)?;
             let mlp = match config.layer_moe(i) {
                 Some(moe) => Mlp::Routed {
                     router: need(opt(Router)?, Router)?,
+                    router_bias: opt(RouterBias)?,
                     gate: need(opt(ExpGate)?, ExpGate)?,
                     up: need(opt(ExpUp)?, ExpUp)?,
                     down: need(opt(ExpDown)?, ExpDown)?,
+                    biases: match (opt(ExpGateBias)?, opt(ExpUpBias)?, opt(ExpDownBias)?) {
+                        (Some(g), Some(u), Some(d)) => Some((g, u, d)),
+                        _ => None,
+                    },
                     routing: moe.routing,
                 },
                 None => Mlp::Dense {
@@ -266,6 +280,8 @@ impl<B: Backend> Model<B> {
                 qkv_bias,
                 qk_norm,
                 wo,
+                o_bias,
+                sinks,
                 post_attn_norm,
                 ffn_norm,
                 mlp,
@@ -421,8 +437,11 @@ impl<B: Backend> Model<B> {
             backend.rope(&mut q, meta, table, c.head_dim, c.rope_style)?;
             backend.rope(&mut k, meta, table, c.head_dim, c.rope_style)?;
             backend.write_kv(kv, i, &k, &v, meta)?;
-            let a = backend.paged_attention(&q, kv, i, meta, &l.attention)?;
-            let o = backend.matmul(&a, &l.wo)?;
+            let a = backend.paged_attention(&q, kv, i, meta, &l.attention, l.sinks.as_ref())?;
+            let mut o = backend.matmul(&a, &l.wo)?;
+            if let Some(b) = l.o_bias.as_ref().filter(|_| self.tp.rank == 0) {
+                backend.add_bias(&mut o, b)?;
+            }
             self.residual(backend, &mut x, o, l.post_attn_norm.as_ref())?;
 
             let normed = l
@@ -444,6 +463,9 @@ impl<B: Backend> Model<B> {
         let act = |gate: &B::Tensor, up: &B::Tensor| match self.config.features.activation {
             Activation::Silu => backend.silu_mul(gate, up),
             Activation::GeluTanh => backend.gelu_tanh_mul(gate, up),
+            Activation::SwigluClamped { alpha, limit } => {
+                backend.swiglu_clamped(gate, up, alpha, limit)
+            }
         };
         match mlp {
             Mlp::Dense { gate, up, down } => {
@@ -455,13 +477,26 @@ impl<B: Backend> Model<B> {
                 gate,
                 up,
                 down,
+                router_bias,
+                biases,
                 routing,
             } => {
-                let logits = backend.matmul_logits(h, router)?;
+                let mut logits = backend.matmul_logits(h, router)?;
+                if let Some(b) = router_bias {
+                    backend.add_bias(&mut logits, b)?;
+                }
                 let route = backend.moe_route(&logits, routing)?;
-                let g = backend.moe_matmul(h, gate, &route)?;
-                let u = backend.moe_matmul(h, up, &route)?;
-                let y = backend.moe_matmul(&act(&g, &u)?, down, &route)?;
+                let mut g = backend.moe_matmul(h, gate, &route)?;
+                let mut u = backend.moe_matmul(h, up, &route)?;
+                if let Some((gb, ub, _)) = biases {
+                    backend.moe_add_bias(&mut g, gb, &route)?;
+                    backend.moe_add_bias(&mut u, ub, &route)?;
+                }
+                let mut y = backend.moe_matmul(&act(&g, &u)?, down, &route)?;
+                // The down bias once: the ranks' partial outputs are summed afterwards.
+                if let Some((_, _, db)) = biases.as_ref().filter(|_| self.tp.rank == 0) {
+                    backend.moe_add_bias(&mut y, db, &route)?;
+                }
                 backend.moe_combine(&y, &route)
             }
         }
@@ -507,14 +542,27 @@ fn layer_weights(c: &ModelConfig, layer: usize) -> Vec<LayerWeight> {
         w.extend([QNorm, KNorm]);
     }
     w.push(O);
+    if f.o_bias {
+        w.push(OBias);
+    }
+    if f.attention_sinks {
+        w.push(Sinks);
+    }
     if post {
         w.push(PostAttnNorm);
     }
     if pre {
         w.push(FfnNorm);
     }
-    if c.layer_moe(layer).is_some() {
-        w.extend([Router, ExpGate, ExpUp, ExpDown]);
+    if let Some(moe) = c.layer_moe(layer) {
+        w.push(Router);
+        if moe.biases {
+            w.push(RouterBias);
+        }
+        w.extend([ExpGate, ExpUp, ExpDown]);
+        if moe.biases {
+            w.extend([ExpGateBias, ExpUpBias, ExpDownBias]);
+        }
     } else {
         w.extend([Gate, Up, Down]);
     }

@@ -74,7 +74,19 @@ fn split(tp: &TensorParallel, c: &ModelConfig, w: WeightName) -> Split {
             start: tp.rank * eff_len,
             len: eff_len,
         },
-        LayerWeight::Router => Split::Whole,
+        LayerWeight::ExpGateBias | LayerWeight::ExpUpBias => Split::Cols {
+            start: tp.rank * eff_len,
+            len: eff_len,
+        },
+        LayerWeight::Sinks => Split::Rows {
+            start: tp.rank * (c.num_heads / tp.size),
+            len: c.num_heads / tp.size,
+        },
+        // Replicated; the down and o_proj biases are added on rank 0 only.
+        LayerWeight::Router
+        | LayerWeight::RouterBias
+        | LayerWeight::ExpDownBias
+        | LayerWeight::OBias => Split::Whole,
         // Norms act on whole hidden rows, or on each head alike (per-head q/k norms).
         LayerWeight::AttnNorm
         | LayerWeight::FfnNorm
@@ -261,6 +273,7 @@ mod tests {
             },
             expert_intermediate_size: 64,
             sparse_layers: Vec::new(),
+            biases: false,
         });
         for size in [1, 2] {
             for rank in 0..size {

@@ -151,15 +151,40 @@ pub fn check_attention<B: Backend>(
             ..params
         },
     ];
+    // Each also with attention sinks (gpt-oss), large enough to take a real share.
+    let sinks: Vec<f32> = random(&mut rng, heads)
+        .iter()
+        .map(|s| 2.0 * s + 1.0)
+        .collect();
+    let (g_sinks, c_sinks) = (up(g, &[heads], &sinks), up(&c, &[heads], &sinks));
     for (layer, p) in (0..2).flat_map(|l| variants.iter().map(move |p| (l, p))) {
-        let got = g
-            .paged_attention(&up(g, &q_shape, &q), &gc, layer, &gb, p)
-            .unwrap();
-        let want = c
-            .paged_attention(&up(&c, &q_shape, &q), &cc, layer, &cb, p)
-            .unwrap();
-        let what = format!("{what} window {:?} softcap {:?}", p.window, p.softcap);
-        assert_close(&what, &host(g, &got), &host(&c, &want), tol);
+        for with_sinks in [false, true] {
+            let got = g
+                .paged_attention(
+                    &up(g, &q_shape, &q),
+                    &gc,
+                    layer,
+                    &gb,
+                    p,
+                    with_sinks.then_some(&g_sinks),
+                )
+                .unwrap();
+            let want = c
+                .paged_attention(
+                    &up(&c, &q_shape, &q),
+                    &cc,
+                    layer,
+                    &cb,
+                    p,
+                    with_sinks.then_some(&c_sinks),
+                )
+                .unwrap();
+            let what = format!(
+                "{what} window {:?} softcap {:?} sinks {with_sinks}",
+                p.window, p.softcap
+            );
+            assert_close(&what, &host(g, &got), &host(&c, &want), tol);
+        }
     }
 
     // Swap every block out to reversed host blocks and back into a fresh cache: attention over
@@ -178,10 +203,10 @@ pub fn check_attention<B: Backend>(
     g.swap_in(&gs, &mut gc2, &back).unwrap();
     c.swap_in(&cs, &mut cc2, &back).unwrap();
     let got = g
-        .paged_attention(&up(g, &q_shape, &q), &gc2, 1, &gb, &params)
+        .paged_attention(&up(g, &q_shape, &q), &gc2, 1, &gb, &params, None)
         .unwrap();
     let want = c
-        .paged_attention(&up(&c, &q_shape, &q), &cc2, 1, &cb, &params)
+        .paged_attention(&up(&c, &q_shape, &q), &cc2, 1, &cb, &params, None)
         .unwrap();
     assert_close(
         &format!("{what} after swap"),
@@ -251,6 +276,7 @@ pub fn check_block_copies<B: Backend>(g: &B, seed: u64, tol: f32) {
             0,
             &c.upload_batch(&b).unwrap(),
             &params,
+            None,
         )
         .unwrap();
     let got = g
@@ -260,6 +286,7 @@ pub fn check_block_copies<B: Backend>(g: &B, seed: u64, tol: f32) {
             0,
             &g.upload_batch(&moved).unwrap(),
             &params,
+            None,
         )
         .unwrap();
     assert_close(

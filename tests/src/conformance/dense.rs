@@ -46,7 +46,7 @@ pub fn check_matmul<B: Backend>(
     );
 }
 
-/// rms_norm (whole rows and per head), silu_mul, gelu_tanh_mul, scale, softcap, add_assign,
+/// rms_norm (whole rows and per head), silu_mul, gelu_tanh_mul, swiglu_clamped, scale, softcap, add_assign,
 /// add_bias, embedding (f32 and `upload_matrix` tables),
 /// gather_logit_rows and argmax_to_host (when the backend has it) on `rows x cols`.
 pub fn check_dense_ops<B: Backend>(g: &B, rows: usize, cols: usize, seed: u64, tol: f32) {
@@ -87,6 +87,15 @@ pub fn check_dense_ops<B: Backend>(g: &B, rows: usize, cols: usize, seed: u64, t
         .gelu_tanh_mul(&up(&c, &shape, &big), &up(&c, &shape, &y))
         .unwrap();
     cmp("gelu_tanh_mul", &got, &want);
+    // Values past the limit on both sides, so both clamps bite.
+    let big_up: Vec<f32> = y.iter().map(|v| v * 6.0).collect();
+    let got = g
+        .swiglu_clamped(&up(g, &shape, &big), &up(g, &shape, &big_up), 1.702, 4.0)
+        .unwrap();
+    let want = c
+        .swiglu_clamped(&up(&c, &shape, &big), &up(&c, &shape, &big_up), 1.702, 4.0)
+        .unwrap();
+    cmp("swiglu_clamped", &got, &want);
     // Per-head norms: a weight a quarter (or half) of the row wide normalizes each part.
     let part = if cols.is_multiple_of(4) {
         cols / 4

@@ -29,17 +29,20 @@ impl Keys<'_> {
 }
 
 /// `row = softmax(cap(row · scale))` in place, `cap` the optional soft-cap
-/// `c · tanh(s / c)`.
+/// `c · tanh(s / c)`; a `sink` logit joins the denominator only.
 #[inline(always)]
-pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>) {
+pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>, sink: Option<f32>) {
     match softcap {
         Some(c) => row
             .iter_mut()
             .for_each(|x| *x = c * (*x * scale / c).tanh()),
         None => row.iter_mut().for_each(|x| *x *= scale),
     }
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut total = 0f32;
+    let max = row
+        .iter()
+        .copied()
+        .fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
+    let mut total = sink.map_or(0.0, |s| (s - max).exp());
     for x in row.iter_mut() {
         *x = (*x - max).exp();
         total += *x;
@@ -56,6 +59,7 @@ pub(super) fn attend(
     hd: usize,
     scale: f32,
     softcap: Option<f32>,
+    sinks: Option<&[f32]>,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
@@ -63,14 +67,14 @@ pub(super) fn attend(
     {
         if is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU supports AVX-512F (checked just above).
-            return unsafe { attend_avx512(q, keys, hd, scale, softcap, scores, out) };
+            return unsafe { attend_avx512(q, keys, hd, scale, softcap, sinks, scores, out) };
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-            return unsafe { attend_avx2(q, keys, hd, scale, softcap, scores, out) };
+            return unsafe { attend_avx2(q, keys, hd, scale, softcap, sinks, scores, out) };
         }
     }
-    attend_portable(q, keys, hd, scale, softcap, scores, out)
+    attend_portable(q, keys, hd, scale, softcap, sinks, scores, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -81,10 +85,11 @@ fn attend_avx512(
     hd: usize,
     scale: f32,
     cap: Option<f32>,
+    sinks: Option<&[f32]>,
     s: &mut Vec<f32>,
     o: &mut [f32],
 ) {
-    attend_portable(q, keys, hd, scale, cap, s, o)
+    attend_portable(q, keys, hd, scale, cap, sinks, s, o)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -95,10 +100,11 @@ fn attend_avx2(
     hd: usize,
     scale: f32,
     cap: Option<f32>,
+    sinks: Option<&[f32]>,
     s: &mut Vec<f32>,
     o: &mut [f32],
 ) {
-    attend_portable(q, keys, hd, scale, cap, s, o)
+    attend_portable(q, keys, hd, scale, cap, sinks, s, o)
 }
 
 #[inline(always)]
@@ -108,6 +114,7 @@ fn attend_portable(
     hd: usize,
     scale: f32,
     softcap: Option<f32>,
+    sinks: Option<&[f32]>,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
@@ -123,8 +130,8 @@ fn attend_portable(
             scores[i * n + j] = dot_portable(qi, k);
         }
     }
-    for row in scores.chunks_exact_mut(n) {
-        softmax_scaled(row, scale, softcap);
+    for (i, row) in scores.chunks_exact_mut(n.max(1)).enumerate() {
+        softmax_scaled(row, scale, softcap, sinks.map(|s| s[i]));
     }
     out.fill(0.0);
     for j in 0..n {

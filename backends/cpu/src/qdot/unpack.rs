@@ -20,7 +20,7 @@ pub(crate) enum Codes {
 
 pub(crate) fn codes_of(dtype: GgmlType) -> Codes {
     match dtype {
-        GgmlType::Q8_0 | GgmlType::IQ4NL | GgmlType::IQ4XS => Codes::Signed,
+        GgmlType::Q8_0 | GgmlType::IQ4NL | GgmlType::IQ4XS | GgmlType::MXFP4 => Codes::Signed,
         _ => Codes::Unsigned,
     }
 }
@@ -79,6 +79,7 @@ pub(crate) fn unpack_row(dtype: GgmlType, w: &[u8], k: usize, row: &mut Unpacked
         GgmlType::Q8_0 => each_block::<Q8_0>(dtype, w, row, table),
         GgmlType::IQ4NL => each_block::<IQ4NL>(dtype, w, row, table),
         GgmlType::IQ4XS => each_block::<IQ4XS>(dtype, w, row, table),
+        GgmlType::MXFP4 => each_block::<MXFP4>(dtype, w, row, table),
         GgmlType::Q2K => each_block::<Q2K>(dtype, w, row, table),
         GgmlType::Q3K => each_block::<Q3K>(dtype, w, row, table),
         GgmlType::Q4K => each_block::<Q4K>(dtype, w, row, table),
@@ -136,6 +137,13 @@ decoder!(Q8_0, |t, b, o| {
 decoder!(IQ4NL, |t, b, o| {
     iq4_codes(&b[2..18], o.codes);
     o.chunk(0, f16_at(t, b, 0), 0.0);
+});
+decoder!(MXFP4, |_t, b, o| {
+    for j in 0..16 {
+        o.codes[j] = kquants::MXFP4_VALUES[(b[1 + j] & 0x0f) as usize] as u8;
+        o.codes[j + 16] = kquants::MXFP4_VALUES[(b[1 + j] >> 4) as usize] as u8;
+    }
+    o.chunk(0, kquants::e8m0_half(b[0]), 0.0);
 });
 decoder!(IQ4XS, |t, b, o| {
     let d = f16_at(t, b, 0);

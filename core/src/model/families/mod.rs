@@ -57,6 +57,7 @@ pub(crate) fn hf_moe(
         },
         expert_intermediate_size,
         sparse_layers: Vec::new(),
+        biases: false,
     })
 }
 
@@ -80,5 +81,6 @@ pub(crate) fn gguf_moe(gguf: &GgufFile, c: &ModelConfig, scoring: MoeScoring) ->
             .arch_usize("expert_feed_forward_length")?
             .unwrap_or(c.intermediate_size),
         sparse_layers: Vec::new(),
+        biases: false,
     })
 }
