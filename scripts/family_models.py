@@ -116,7 +116,18 @@ CASES = [
         intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
         rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
     ), {}),
+    # gpt-oss: attention sinks, even layers sliding, untruncated YaRN, biased router and experts,
+    # the clamped SwiGLU (expert weights large enough that the clamp bites), and MXFP4 experts
+    # in the GGUF (the HF weights are MXFP4-exact, so both files hold the same model).
+    ("gpt_oss", transformers.GptOssConfig, "GptOssForCausalLM", common(
+        head_dim=16, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+        attention_bias=True, swiglu_limit=7.0,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, beta_fast=32.0, beta_slow=1.0,
+                             truncate=False, original_max_position_embeddings=ORIGINAL_CTX),
+    ), {}),
 ]
+
+MXFP4_EXPERTS = ("gpt_oss",)
 
 GEMMA_NORMS = ("gemma2", "gemma3")
 
@@ -132,12 +143,63 @@ def randomize(model, name, gen):
                 p.copy_(u(0.2) if name in GEMMA_NORMS else 1.0 + u(0.2))
             elif pname.endswith("bias"):
                 p.copy_(u(0.5))
+            elif name == "gpt_oss" and pname.endswith("gate_up_proj"):
+                p.copy_(u(10.0 / math.sqrt(p.shape[1])))
+            elif pname.endswith("sinks"):
+                p.copy_(u(2.0))
             elif "embed_tokens" in pname:
                 # Tied: the same rows also score the next token, and large ones make a model
                 # repeat its input.
                 p.copy_(u(0.3 if model.config.tie_word_embeddings else 1.0))
             else:
                 p.copy_(u(1.5 / math.sqrt(p.shape[-1])))
+
+
+def mxfp4_exact(model):
+    """Rounds gpt-oss's expert weights to MXFP4 along the dimension GGUF blocks them (their
+    input), so the GGUF's MXFP4 experts hold exactly the HF model's values."""
+    import gguf  # noqa: E402
+    from gguf.quants import dequantize, quantize  # noqa: E402
+
+    def roundtrip(w):  # blocks along the last dimension
+        q = quantize(w.detach().float().numpy(), gguf.GGMLQuantizationType.MXFP4)
+        return torch.from_numpy(dequantize(q, gguf.GGMLQuantizationType.MXFP4)).reshape(w.shape)
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            e = layer.mlp.experts
+            # gate_up [experts, hidden, 2ff] and down [experts, ff, hidden] are stored [in, out].
+            e.gate_up_proj.copy_(roundtrip(e.gate_up_proj.transpose(1, 2)).transpose(1, 2))
+            e.down_proj.copy_(roundtrip(e.down_proj.transpose(1, 2)).transpose(1, 2))
+
+
+def quantize_experts(path):
+    """Rewrites the GGUF at `path` with its `ffn_*_exps.weight` tensors in MXFP4."""
+    import gguf  # noqa: E402
+    from gguf.quants import quantize  # noqa: E402
+
+    reader = gguf.GGUFReader(str(path))
+    arch = reader.fields["general.architecture"].contents()
+    tmp = path.with_suffix(".tmp.gguf")
+    writer = gguf.GGUFWriter(str(tmp), arch=arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        data = t.data
+        if "_exps.weight" in t.name:
+            data = quantize(data.astype("float32"), gguf.GGMLQuantizationType.MXFP4)
+            writer.add_tensor(t.name, data, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        else:
+            writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
 
 
 def hf_tokenizer():
@@ -255,6 +317,8 @@ def main():
         config._experts_implementation = "eager"
         model = getattr(transformers, arch)(config).eval()
         randomize(model, name, gen)
+        if name in MXFP4_EXPERTS:
+            mxfp4_exact(model)
         d = out / name
         if d.exists():
             shutil.rmtree(d)
@@ -264,6 +328,8 @@ def main():
         gguf_path = out / f"{name}.gguf"
         convert(converter, d, gguf_path)
         add_metadata(args.llama_cpp, gguf_path, extra)
+        if name in MXFP4_EXPERTS:
+            quantize_experts(gguf_path)
         model = model.double()
         greedy, margins, rows = reference(model, prompt)
         cases.append(dict(name=name, hf_dir=name, gguf=f"{name}.gguf", prompt_ids=prompt, greedy_ids=greedy,

@@ -390,6 +390,7 @@ fn every_family_at_tp2_matches_tp1_or_is_refused_by_name() {
         "olmo2",
         "qwen3_moe",
         "mixtral",
+        "gpt_oss",
     ] {
         let model = families.join(format!("{name}.gguf"));
         let model = model.to_string_lossy().into_owned();

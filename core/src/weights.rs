@@ -425,6 +425,14 @@ impl<S: TensorStore> WeightSource for ModelWeights<S> {
             return self.load_stacked(&loc, n);
         }
         let mut t = self.store.read(&loc.name)?;
+        if let Some(layout) = loc.layout {
+            let shape = t.shape.clone();
+            t = layout.apply(t).ok_or_else(|| InferError::ShapeMismatch {
+                name: loc.name.clone(),
+                expected: w.expected_shape(&self.config),
+                actual: shape,
+            })?;
+        }
         if let Some(rows) = &loc.rows {
             let cols = match t.shape.as_slice() {
                 [n, cols] if *n >= rows.end => *cols,
@@ -444,8 +452,8 @@ impl<S: TensorStore> WeightSource for ModelWeights<S> {
 
     fn load_packed_raw(&self, w: WeightName) -> Result<Option<PackedTensor>> {
         let loc = self.locate(w);
-        if loc.stacked.is_some() {
-            // Per-expert tensors come from safetensors, never block-quantized.
+        if loc.stacked.is_some() || loc.layout.is_some() {
+            // Per-expert and re-laid-out tensors come from safetensors, never block-quantized.
             return Ok(None);
         }
         let Some(p) = self.store.read_packed(&loc.name)? else {

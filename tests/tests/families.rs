@@ -79,3 +79,37 @@ fn both_config_spellings_give_the_same_logits_for_every_family() {
         );
     }
 }
+
+/// Every real-size config in configs/ (dense, MoE, gpt-oss) parses into its family with the
+/// features its file sets.
+#[test]
+fn every_committed_config_parses() {
+    let dir = infer_tests::workspace_root().join("configs");
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path().join("config.json");
+        if !path.exists() {
+            continue;
+        }
+        let c = infer_core::hf::parse_config(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        seen.push((path, c));
+    }
+    let find = |name: &str| {
+        &seen
+            .iter()
+            .find(|(p, _)| p.parent().unwrap().ends_with(name))
+            .unwrap_or_else(|| panic!("configs/{name}"))
+            .1
+    };
+    let moe = |name: &str| find(name).features.moe.clone().unwrap();
+    assert_eq!(moe("qwen3-30b-a3b").routing.num_experts, 128);
+    assert_eq!(moe("qwen3-30b-a3b").expert_intermediate_size, 768);
+    assert_eq!(moe("mixtral-8x7b").routing.top_k, 2);
+    let oss = find("gpt-oss-20b");
+    assert!(oss.features.attention_sinks && oss.features.o_bias && oss.attention_bias);
+    assert_eq!(oss.features.moe.as_ref().unwrap().routing.num_experts, 32);
+    assert_eq!(oss.layer_window(0), Some(128));
+    assert_eq!(oss.layer_window(1), None);
+    assert!(find("moe-bench-dense").features.moe.is_none());
+}

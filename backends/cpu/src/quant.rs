@@ -1,4 +1,4 @@
-//! Matmul on block-quantized weights (GGUF Q4_0 / Q4_1 / Q8_0) kept as stored, in f32 math
+//! Matmul on block-quantized weights (GGUF Q4_0 / Q4_1 / Q8_0 / MXFP4) kept as stored, in f32 math
 //! (measured faster than the integer path of `qdot` for these types, and exact in f32). Each 32-weight
 //! block is `d * code (+ m)`; the dot product is computed per block as
 //! `d * Σ code·x + m * Σ x` in f32, which equals the dot with the dequantized weights up to f32
@@ -79,6 +79,23 @@ impl Block for Q8_0 {
             out[j] = (b[2 + j] as i8) as f32;
         }
         (scale(table, b, 0), 0.0)
+    }
+}
+
+/// gpt-oss's experts: E2M1 codes (doubled, `kvalues_mxfp4`) under a halved E8M0 scale.
+struct Mxfp4;
+impl Block for Mxfp4 {
+    const BYTES: usize = 1 + QK / 2;
+    const HAS_MIN: bool = false;
+    #[inline(always)]
+    fn codes(_: &[f32], b: &[u8], out: &mut [f32; QK]) -> (f32, f32) {
+        use infer_core::gguf::kquants::{e8m0_half, MXFP4_VALUES};
+        for j in 0..QK / 2 {
+            let q = b[1 + j];
+            out[j] = MXFP4_VALUES[(q & 0x0f) as usize] as f32;
+            out[j + QK / 2] = MXFP4_VALUES[(q >> 4) as usize] as f32;
+        }
+        (e8m0_half(b[0]), 0.0)
     }
 }
 
@@ -218,20 +235,24 @@ fn dequantize_dispatch<B: Block>(w: &[u8], out: &mut [f32]) {
     dequantize_blocks::<B>(w, out)
 }
 
-/// Decodes a tile of packed rows to f32: vectorized for Q4_0 / Q4_1 / Q8_0, the generic
+/// Decodes a tile of packed rows to f32: vectorized for Q4_0 / Q4_1 / Q8_0 / MXFP4, the generic
 /// GGUF decoder for other block types.
 fn dequantize_tile(dtype: GgmlType, w: &[u8], out: &mut [f32]) {
     match dtype {
         GgmlType::Q4_0 => dequantize_dispatch::<Q4_0>(w, out),
         GgmlType::Q4_1 => dequantize_dispatch::<Q4_1>(w, out),
         GgmlType::Q8_0 => dequantize_dispatch::<Q8_0>(w, out),
+        GgmlType::MXFP4 => dequantize_dispatch::<Mxfp4>(w, out),
         _ => dtype.dequantize(w, out),
     }
 }
 
 /// Whether `matmul_packed` has kernels for `dtype` (the others go to `qdot`).
 pub fn has_f32_kernels(dtype: GgmlType) -> bool {
-    matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    matches!(
+        dtype,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::MXFP4
+    )
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` for a packed `w [n, k]` (`k` a multiple of 32).
@@ -254,8 +275,7 @@ pub fn matmul_packed(
     }
     // Few rows stream each weight row once through a block kernel (Q4_0/Q4_1/Q8_0); otherwise
     // each tile is decoded to f32 once and GEMM reuses it across rows (any block type).
-    let streamed =
-        m <= SMALL_M && matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+    let streamed = m <= SMALL_M && has_f32_kernels(dtype);
     // Σ x per row and block, for the `m * Σ x` term of Q4_1.
     let x_sums: Vec<f32> = if streamed && dtype == GgmlType::Q4_1 {
         x.chunks_exact(QK).map(|c| c.iter().sum()).collect()
@@ -274,7 +294,8 @@ pub fn matmul_packed(
                 match dtype {
                     GgmlType::Q4_0 => dot_rows_dispatch::<Q4_0>(w_row, x, &x_sums, k, col),
                     GgmlType::Q4_1 => dot_rows_dispatch::<Q4_1>(w_row, x, &x_sums, k, col),
-                    // `streamed` admits only these three types.
+                    GgmlType::MXFP4 => dot_rows_dispatch::<Mxfp4>(w_row, x, &x_sums, k, col),
+                    // `streamed` admits only these four types.
                     _ => dot_rows_dispatch::<Q8_0>(w_row, x, &x_sums, k, col),
                 }
                 for (i, v) in col.iter().enumerate() {
@@ -330,6 +351,10 @@ mod tests {
                 b[2..4]
                     .copy_from_slice(&f16::from_f32(-0.05 + (i % 5) as f32 * 0.02).to_le_bytes());
             }
+            if dtype == GgmlType::MXFP4 {
+                // An E8M0 exponent: scales 2^-9 .. 2^-3.
+                b[0] = 120 + (i % 7) as u8;
+            }
         }
         data
     }
@@ -361,8 +386,8 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         #[test]
-        fn packed_matmul_equals_dequantized_matmul(m in 1usize..20, kb in 1usize..6, n in 1usize..90, t in 0usize..3, seed in 0u64..1000) {
-            let dtype = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0][t];
+        fn packed_matmul_equals_dequantized_matmul(m in 1usize..20, kb in 1usize..6, n in 1usize..90, t in 0usize..4, seed in 0u64..1000) {
+            let dtype = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::MXFP4][t];
             let k = kb * QK;
             let w = random_packed(dtype, n, k, seed);
             let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 + seed as usize) % 101) as f32 / 50.0 - 1.0).collect();

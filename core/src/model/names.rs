@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use crate::config::ModelConfig;
-use crate::weights::{LayerWeight, WeightName};
+use crate::weights::{HostTensor, LayerWeight, WeightName};
 
 /// The two file formats' naming schemes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +16,70 @@ pub enum Format {
     Gguf,
 }
 
+/// How a stored tensor differs from the canonical layout (gpt-oss's HF experts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Stored `[experts, in, out]`: the last two dimensions swap.
+    Transposed,
+    /// The gate (offset 0) or up (offset 1) rows of a fused projection stored `[experts, in,
+    /// 2·out]` with gate and up interleaved: transposed, then every other row.
+    TransposedInterleaved(usize),
+    /// Every other element of the last dimension, from the offset (the fused bias
+    /// `[experts, 2·out]`).
+    Interleaved(usize),
+}
+
+impl Layout {
+    /// The canonical tensor from the stored one.
+    pub fn apply(self, t: HostTensor) -> Option<HostTensor> {
+        let (lead, a, b) = match t.shape.as_slice() {
+            [e, a, b] => (*e, *a, *b),
+            [a, b] => (1, *a, *b),
+            _ => return None,
+        };
+        let transposed = |t: &HostTensor| {
+            let mut out = vec![0f32; t.data.len()];
+            for e in 0..lead {
+                for i in 0..a {
+                    for j in 0..b {
+                        out[(e * b + j) * a + i] = t.data[(e * a + i) * b + j];
+                    }
+                }
+            }
+            out
+        };
+        let every_other = |data: &[f32], rows: usize, cols: usize, off: usize| {
+            // Rows `off, off + 2, …` of each `[rows, cols]` matrix.
+            (0..lead)
+                .flat_map(|e| (off..rows).step_by(2).map(move |r| (e * rows + r) * cols))
+                .flat_map(|at| data[at..at + cols].iter().copied())
+                .collect::<Vec<f32>>()
+        };
+        let shape = |dims: [usize; 2]| {
+            if t.shape.len() == 3 {
+                vec![lead, dims[0], dims[1]]
+            } else {
+                dims.to_vec()
+            }
+        };
+        Some(match self {
+            Layout::Transposed => HostTensor::new(shape([b, a]), transposed(&t)),
+            Layout::TransposedInterleaved(off) if b.is_multiple_of(2) => {
+                HostTensor::new(shape([b / 2, a]), every_other(&transposed(&t), b, a, off))
+            }
+            Layout::Interleaved(off) if b.is_multiple_of(2) => {
+                // Columns of a 2-D `[a, b]` tensor: rows of its transpose.
+                let data: Vec<f32> = (0..a)
+                    .flat_map(|i| (off..b).step_by(2).map(move |j| i * b + j))
+                    .map(|at| t.data[at])
+                    .collect();
+                HostTensor::new(shape([a, b / 2]), data)
+            }
+            _ => return None,
+        })
+    }
+}
+
 /// A canonical weight's place: a whole tensor, rows of one, or one tensor per expert
 /// stacked (HF checkpoints keep `experts.{e}.…` apart; GGUF stores them as one 3-D tensor).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +88,8 @@ pub struct TensorLoc {
     pub rows: Option<Range<usize>>,
     /// `Some(n)`: `name` holds `{e}`, and the weight is experts `0..n` stacked.
     pub stacked: Option<usize>,
+    /// The stored layout, where it is not the canonical one.
+    pub layout: Option<Layout>,
 }
 
 impl TensorLoc {
@@ -41,6 +107,8 @@ pub struct TensorNames {
     pub gguf: &'static [(LayerWeight, &'static str)],
     /// Q, K and V are row ranges of one fused projection, and gate and up of another.
     pub fused: bool,
+    /// HF tensors stored in another layout (gpt-oss's experts).
+    pub hf_layouts: &'static [(LayerWeight, Layout)],
 }
 
 impl TensorNames {
@@ -49,6 +117,7 @@ impl TensorNames {
         hf: &[],
         gguf: &[],
         fused: false,
+        hf_layouts: &[],
     };
 
     fn layer_name(&self, format: Format, lw: LayerWeight) -> &'static str {
@@ -126,6 +195,7 @@ impl TensorNames {
             name,
             rows: None,
             stacked: None,
+            layout: None,
         };
         let (i, lw) = match w {
             WeightName::Layer(i, lw) => (i, lw),
@@ -157,6 +227,7 @@ impl TensorNames {
                 name: format!("{prefix}{name}"),
                 rows: Some(rows),
                 stacked: None,
+                layout: None,
             };
             match lw {
                 LayerWeight::Q => return part(qkv, 0..q),
@@ -168,14 +239,23 @@ impl TensorNames {
             }
         }
         let name = format!("{prefix}{}", self.layer_name(format, lw));
-        if name.contains("{e}") {
-            return TensorLoc {
-                name,
-                rows: None,
-                stacked: c.features.moe.as_ref().map(|m| m.routing.num_experts),
-            };
+        let layout = match format {
+            Format::Hf => self
+                .hf_layouts
+                .iter()
+                .find(|(w, _)| *w == lw)
+                .map(|(_, l)| *l),
+            Format::Gguf => None,
+        };
+        let stacked = name
+            .contains("{e}")
+            .then(|| c.features.moe.as_ref().map(|m| m.routing.num_experts))
+            .flatten();
+        TensorLoc {
+            layout,
+            stacked,
+            ..whole(name)
         }
-        whole(name)
     }
 }
 
@@ -191,6 +271,7 @@ mod tests {
             hf: &[],
             gguf: &[],
             fused: true,
+            hf_layouts: &[],
         };
         let k = fused.locate(Format::Hf, &c, WeightName::Layer(1, LayerWeight::K));
         assert_eq!(k.name, "model.layers.1.self_attn.qkv_proj.weight");
@@ -208,12 +289,34 @@ mod tests {
     }
 
     #[test]
+    fn layouts_transpose_and_deinterleave() {
+        // One expert, in = 2, 2·out = 4: row i holds [g0 u0 g1 u1] for input i.
+        let t = HostTensor::new(vec![1, 2, 4], vec![1., 2., 3., 4., 5., 6., 7., 8.]);
+        let gate = Layout::TransposedInterleaved(0).apply(t.clone()).unwrap();
+        assert_eq!(
+            (gate.shape, gate.data),
+            (vec![1, 2, 2], vec![1., 5., 3., 7.])
+        );
+        let up = Layout::TransposedInterleaved(1).apply(t.clone()).unwrap();
+        assert_eq!(up.data, vec![2., 6., 4., 8.]);
+        let tr = Layout::Transposed.apply(t).unwrap();
+        assert_eq!(
+            (tr.shape, tr.data),
+            (vec![1, 4, 2], vec![1., 5., 2., 6., 3., 7., 4., 8.])
+        );
+        let bias = HostTensor::new(vec![2, 4], vec![1., 2., 3., 4., 5., 6., 7., 8.]);
+        let ub = Layout::Interleaved(1).apply(bias).unwrap();
+        assert_eq!((ub.shape, ub.data), (vec![2, 2], vec![2., 4., 6., 8.]));
+    }
+
+    #[test]
     fn overrides_replace_llama_names() {
         let c = ModelConfig::test_llama(4, 2, 8, 24);
         let gemma = TensorNames {
             hf: &[(LayerWeight::FfnNorm, "pre_feedforward_layernorm.weight")],
             gguf: &[],
             fused: false,
+            hf_layouts: &[],
         };
         let at = |w| gemma.locate(Format::Hf, &c, WeightName::Layer(0, w)).name;
         assert_eq!(

@@ -24,6 +24,7 @@ pub enum Family {
     Olmo2,
     Qwen3Moe,
     Mixtral,
+    GptOss,
 }
 
 /// How one family reads its config and names its tensors.
@@ -68,6 +69,7 @@ pub const FAMILIES: &[&FamilySpec] = &[
     &families::olmo2::SPEC,
     &families::qwen3_moe::SPEC,
     &families::mixtral::SPEC,
+    &families::gpt_oss::SPEC,
 ];
 
 /// Architectures users download that we do not run, with what they are, so the error says
@@ -80,14 +82,6 @@ const KNOWN_UNSUPPORTED: &[(&str, &str)] = &[
     (
         "qwen2moe",
         "a mixture-of-experts model with a shared expert",
-    ),
-    (
-        "gpt_oss",
-        "a mixture-of-experts model with attention sinks and MXFP4 experts",
-    ),
-    (
-        "gpt-oss",
-        "a mixture-of-experts model with attention sinks and MXFP4 experts",
     ),
     (
         "deepseek_v2",
@@ -127,6 +121,7 @@ impl Family {
             Family::Olmo2 => &families::olmo2::SPEC,
             Family::Qwen3Moe => &families::qwen3_moe::SPEC,
             Family::Mixtral => &families::mixtral::SPEC,
+            Family::GptOss => &families::gpt_oss::SPEC,
         }
     }
 }
@@ -202,7 +197,10 @@ pub fn by_gguf(arch: &str, expert_count: Option<u64>) -> Result<&'static FamilyS
 impl FamilySpec {
     /// Whether the family routes its MLP through experts.
     pub fn is_moe(&self) -> bool {
-        matches!(self.family, Family::Qwen3Moe | Family::Mixtral)
+        matches!(
+            self.family,
+            Family::Qwen3Moe | Family::Mixtral | Family::GptOss
+        )
     }
 }
 
@@ -225,8 +223,11 @@ mod tests {
 
     #[test]
     fn unknown_and_moe_architectures_are_named() {
-        let e = by_hf(Some("gpt_oss"), &[]).unwrap_err().to_string();
-        assert!(e.contains("`gpt_oss`: a mixture-of-experts model"), "{e}");
+        let e = by_hf(Some("deepseek_v3"), &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`deepseek_v3`: a mixture-of-experts model"),
+            "{e}"
+        );
         assert!(e.contains("qwen3, gemma2"), "{e}");
         assert_eq!(by_gguf("llama", Some(8)).unwrap().family, Family::Mixtral);
         let e = by_gguf("qwen2", Some(8)).unwrap_err().to_string();

@@ -16,6 +16,8 @@ fn f16_fields(dtype: GgmlType) -> &'static [usize] {
         GgmlType::Q2K => &[80, 82],
         GgmlType::Q3K => &[108],
         GgmlType::Q6K => &[208],
+        // An E8M0 exponent, set by `random_packed`.
+        GgmlType::MXFP4 => &[],
         _ => &[0],
     }
 }
@@ -45,6 +47,10 @@ fn random_packed(dtype: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> 
         for &at in f16_fields(dtype) {
             let v = 0.02 * rng.uniform() / per_block as f32 * 32.0;
             b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+        }
+        if dtype == GgmlType::MXFP4 {
+            // Scales 2^-11 .. 2^-6 (halved, times codes up to 12): values like the others'.
+            b[0] = 117 + (rng.next() % 6) as u8;
         }
     }
     data

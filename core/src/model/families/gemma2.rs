@@ -39,6 +39,7 @@ pub(crate) const NAMES: TensorNames = TensorNames {
     hf: &[(LayerWeight::FfnNorm, "pre_feedforward_layernorm.weight")],
     gguf: &[],
     fused: false,
+    hf_layouts: &[],
 };
 
 /// What every Gemma shares, from either format. `hf_offset`: HF checkpoints store `w` of the

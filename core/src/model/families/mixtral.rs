@@ -39,6 +39,7 @@ pub const SPEC: FamilySpec = FamilySpec {
         ],
         gguf: &[],
         fused: false,
+        hf_layouts: &[],
     },
 };
 

@@ -3,6 +3,7 @@
 
 pub mod gemma2;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod granite;
 pub mod llama;
 pub mod mistral;

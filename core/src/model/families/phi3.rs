@@ -24,6 +24,7 @@ pub const SPEC: FamilySpec = FamilySpec {
         hf: &[],
         gguf: &[],
         fused: true,
+        hf_layouts: &[],
     },
 };
 
