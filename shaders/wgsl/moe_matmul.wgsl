@@ -33,9 +33,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let valid = col < p.n && wrow >= p.first && wrow < p.first + p.rows;
     let k4 = p.k / 4u;
     let base = (wrow - min(wrow, p.first)) * k4;
+    var acc: array<f32, MAX_M>;
     for (var c = group.x; c < group.y; c += MAX_M) {
         let m = min(MAX_M, group.y - c);
-        var acc: array<f32, MAX_M>;
+        // Zeroed explicitly each chunk: Chromium's compiler kept the previous chunk's sums in
+        // an array declared inside the loop (its zero-initialization ran once).
+        for (var r = 0u; r < MAX_M; r++) {
+            acc[r] = 0.0;
+        }
         if (valid) {
             for (var q = lane; q < k4; q += LANES) {
                 let wv = w4(base + q);

@@ -113,3 +113,48 @@ fn every_committed_config_parses() {
     assert_eq!(oss.layer_window(1), None);
     assert!(find("moe-bench-dense").features.moe.is_none());
 }
+
+/// A MoE config.json that cannot be right is refused by name before any weight is read:
+/// more experts per token than experts, an absurd expert count, gpt-oss's MXFP4 safetensors.
+#[test]
+fn bad_moe_configs_are_refused_by_name() {
+    let cases: [(&str, &str, serde_json::Value, &str); 4] = [
+        (
+            "qwen3_moe",
+            "num_experts_per_tok",
+            9.into(),
+            "9 experts per token",
+        ),
+        (
+            "mixtral",
+            "num_local_experts",
+            1_000_000.into(),
+            "at most 4096",
+        ),
+        ("mixtral", "num_local_experts", 0.into(), "of 0 experts"),
+        (
+            "gpt_oss",
+            "quantization_config",
+            serde_json::json!({"quant_method": "mxfp4"}),
+            "quantization_config",
+        ),
+    ];
+    for (name, key, value, expect) in cases {
+        let case = family_cases().into_iter().find(|c| c.name == name).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(case.path(FamilyFormat::Hf)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
+        let path = dir.path().join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        config[key] = value;
+        std::fs::write(&path, config.to_string()).unwrap();
+        let err = match infer_core::open_model(dir.path().to_str().unwrap()) {
+            Ok(_) => panic!("{name} with {key} changed loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(expect), "{name} {key}: {err}");
+    }
+}

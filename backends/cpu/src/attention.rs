@@ -69,8 +69,12 @@ pub fn paged_attention(
                 window: p.window.unwrap_or(usize::MAX),
             };
             let qs = &q[t * heads * hd + g * group * hd..][..group * hd];
-            let group_sinks = sinks.map(|s| &s[g * group..(g + 1) * group]);
-            decode::attend(qs, &keys, hd, p.scale, p.softcap, group_sinks, scores, o);
+            let sm = decode::Softmax {
+                scale: p.scale,
+                softcap: p.softcap,
+                sinks: sinks.map(|s| &s[g * group..(g + 1) * group]),
+            };
+            decode::attend(qs, &keys, hd, &sm, scores, o);
         });
 
     // Long query runs: one task per (sequence, kv head, tile of queries) computes the tile for

@@ -1,13 +1,14 @@
-//! The decoder forward of every dense family, written once against the `Backend` trait:
-//! attention with GQA and RoPE over a paged KV cache, then a gated MLP, with each family's
-//! differences taken from `config.features` (norm placement, q/k norms, activation,
-//! multipliers, soft-caps, sliding windows, per-layer RoPE) — never from its name.
+//! The decoder forward of every family, written once against the `Backend` trait: attention
+//! with GQA and RoPE over a paged KV cache, then a gated MLP or routed experts (`mlp`), with
+//! each family's differences taken from `config.features` (norm placement, q/k norms,
+//! activation, multipliers, soft-caps, sliding windows, per-layer RoPE, attention sinks,
+//! experts) — never from its name.
 
+use super::mlp::Mlp;
 use crate::backend::{AttentionParams, Backend, KvCacheSpec};
 use crate::batch::BatchInput;
-use crate::config::{Activation, ModelConfig, NormPlacement};
+use crate::config::{ModelConfig, NormPlacement};
 use crate::error::{InferError, Result};
-use crate::moe::MoeRouting;
 use crate::parallel::{shard_packed, shard_weight, TensorParallel};
 use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
 
@@ -35,27 +36,8 @@ struct Layer<T> {
     attention: AttentionParams,
 }
 
-/// A block's feed-forward layer.
-enum Mlp<T> {
-    Dense {
-        gate: T,
-        up: T,
-        down: T,
-    },
-    /// Routed experts: `router [experts, hidden]`, and every expert's gate/up/down stacked.
-    Routed {
-        router: T,
-        gate: T,
-        up: T,
-        down: T,
-        /// gpt-oss: the router's bias, and the experts' (gate, up, down) biases.
-        router_bias: Option<T>,
-        biases: Option<(T, T, T)>,
-        routing: MoeRouting,
-    },
-}
-
-/// Matrices go to the backend packed when it takes them that way; everything else as f32.
+/// Matrices go to the backend packed when it takes them that way (or as `upload_matrix`
+/// stores them); vectors and routers as f32.
 pub fn upload_weight<B: Backend>(
     backend: &B,
     weights: &dyn WeightSource,
@@ -74,7 +56,10 @@ pub fn upload_shard<B: Backend>(
     tp: &TensorParallel,
     w: WeightName,
 ) -> Result<B::Tensor> {
-    if !w.is_vector() {
+    // The router stays f32 like the vectors: a top-k choice is discontinuous, and f16 or
+    // quantized router weights flip near-tied experts (llama.cpp keeps `ffn_gate_inp` f32).
+    let router = matches!(w, WeightName::Layer(_, LayerWeight::Router));
+    if !w.is_vector() && !router {
         if let Some(packed) = weights.load_packed(w, config)? {
             let dense = match shard_packed(tp, config, w, packed.clone()) {
                 Some(part) => match backend.upload_packed(&part)? {
@@ -250,25 +235,7 @@ impl<B: Backend> Model<B> {
             let sinks = opt(Sinks)?;
             let post_attn_norm = opt(PostAttnNorm)?;
             let ffn_norm = opt(FfnNorm)?;
-            let mlp = match config.layer_moe(i) {
-                Some(moe) => Mlp::Routed {
-                    router: need(opt(Router)?, Router)?,
-                    router_bias: opt(RouterBias)?,
-                    gate: need(opt(ExpGate)?, ExpGate)?,
-                    up: need(opt(ExpUp)?, ExpUp)?,
-                    down: need(opt(ExpDown)?, ExpDown)?,
-                    biases: match (opt(ExpGateBias)?, opt(ExpUpBias)?, opt(ExpDownBias)?) {
-                        (Some(g), Some(u), Some(d)) => Some((g, u, d)),
-                        _ => None,
-                    },
-                    routing: moe.routing,
-                },
-                None => Mlp::Dense {
-                    gate: need(opt(Gate)?, Gate)?,
-                    up: need(opt(Up)?, Up)?,
-                    down: need(opt(Down)?, Down)?,
-                },
-            };
+            let mlp = Mlp::load(config, i, &mut opt)?;
             let post_ffn_norm = opt(PostFfnNorm)?;
             let window = config.layer_window(i);
             let local = window.is_some() && config.features.local_rope.is_some();
@@ -450,56 +417,12 @@ impl<B: Backend> Model<B> {
                 .map(|n| backend.rms_norm(&x, n, eps))
                 .transpose()?;
             let h = normed.as_ref().unwrap_or(&x);
-            let out = self.mlp(backend, h, &l.mlp)?;
+            let out = l
+                .mlp
+                .forward(backend, h, c.features.activation, self.tp.rank == 0)?;
             self.residual(backend, &mut x, out, l.post_ffn_norm.as_ref())?;
         }
         Ok(x)
-    }
-
-    /// The gated MLP of `h`, dense or routed: a routed one groups the step's tokens by
-    /// expert once, runs each expert's gate/up/down over its group, and sums each token's
-    /// expert outputs with its routing weights.
-    fn mlp(&self, backend: &B, h: &B::Tensor, mlp: &Mlp<B::Tensor>) -> Result<B::Tensor> {
-        let act = |gate: &B::Tensor, up: &B::Tensor| match self.config.features.activation {
-            Activation::Silu => backend.silu_mul(gate, up),
-            Activation::GeluTanh => backend.gelu_tanh_mul(gate, up),
-            Activation::SwigluClamped { alpha, limit } => {
-                backend.swiglu_clamped(gate, up, alpha, limit)
-            }
-        };
-        match mlp {
-            Mlp::Dense { gate, up, down } => {
-                let [g, u] = outputs(backend, backend.matmul_many(h, &[gate, up])?)?;
-                backend.matmul(&act(&g, &u)?, down)
-            }
-            Mlp::Routed {
-                router,
-                gate,
-                up,
-                down,
-                router_bias,
-                biases,
-                routing,
-            } => {
-                let mut logits = backend.matmul_logits(h, router)?;
-                if let Some(b) = router_bias {
-                    backend.add_bias(&mut logits, b)?;
-                }
-                let route = backend.moe_route(&logits, routing)?;
-                let mut g = backend.moe_matmul(h, gate, &route)?;
-                let mut u = backend.moe_matmul(h, up, &route)?;
-                if let Some((gb, ub, _)) = biases {
-                    backend.moe_add_bias(&mut g, gb, &route)?;
-                    backend.moe_add_bias(&mut u, ub, &route)?;
-                }
-                let mut y = backend.moe_matmul(&act(&g, &u)?, down, &route)?;
-                // The down bias once: the ranks' partial outputs are summed afterwards.
-                if let Some((_, _, db)) = biases.as_ref().filter(|_| self.tp.rank == 0) {
-                    backend.moe_add_bias(&mut y, db, &route)?;
-                }
-                backend.moe_combine(&y, &route)
-            }
-        }
     }
 
     /// `x += scale · norm(out)`: a branch's output summed over the ranks (row-parallel
@@ -554,18 +477,7 @@ fn layer_weights(c: &ModelConfig, layer: usize) -> Vec<LayerWeight> {
     if pre {
         w.push(FfnNorm);
     }
-    if let Some(moe) = c.layer_moe(layer) {
-        w.push(Router);
-        if moe.biases {
-            w.push(RouterBias);
-        }
-        w.extend([ExpGate, ExpUp, ExpDown]);
-        if moe.biases {
-            w.extend([ExpGateBias, ExpUpBias, ExpDownBias]);
-        }
-    } else {
-        w.extend([Gate, Up, Down]);
-    }
+    w.extend(Mlp::<()>::weights(c, layer));
     if post {
         w.push(PostFfnNorm);
     }
@@ -573,7 +485,7 @@ fn layer_weights(c: &ModelConfig, layer: usize) -> Vec<LayerWeight> {
 }
 
 /// `matmul_many`'s outputs as an array of the count asked for.
-fn outputs<B: Backend, const N: usize>(
+pub(super) fn outputs<B: Backend, const N: usize>(
     backend: &B,
     outs: Vec<B::Tensor>,
 ) -> Result<[B::Tensor; N]> {

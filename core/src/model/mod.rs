@@ -1,10 +1,11 @@
 //! Models written once against the `Backend` trait: one decoder forward (`decoder`) whose
-//! blocks take each family's features, the registry that maps a file to its family
+//! blocks take each family's features (its MLP dense or routed: `mlp`), the registry that maps a file to its family
 //! (`registry`), the families themselves (`families`, one small file each) and where each
 //! weight lives in a file (`names`).
 
 pub mod decoder;
 pub mod families;
+mod mlp;
 pub mod names;
 pub mod registry;
 

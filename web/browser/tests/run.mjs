@@ -56,6 +56,8 @@ const server = await serve({
   '/models/not-gguf.gguf': { bytes: Buffer.from('<html>this is not a model</html>'.repeat(64)) },
   ...Object.fromEntries(fs.readdirSync(path.join(root, 'fixtures/tiny')).filter((f) => f.endsWith('.gguf'))
     .map((f) => [`/tiny/${f}`, { file: path.join(root, 'fixtures/tiny', f) }])),
+  ...Object.fromEntries(['qwen3_moe', 'mixtral', 'gpt_oss']
+    .map((f) => [`/families/${f}.gguf`, { file: path.join(root, 'fixtures/families', `${f}.gguf`) }])),
 });
 const base = `http://127.0.0.1:${server.port}`;
 const browser = await chromium.launch({
@@ -76,6 +78,12 @@ const want = Object.fromEntries(PROMPTS.map((p) => [p, native(modelPath, p, 8)])
 const TINY = fs.readdirSync(path.join(root, 'fixtures/tiny')).filter((f) => f.endsWith('.gguf'));
 const TINY_PROMPTS = ['Hello world', 'The quick brown fox'];
 const wantTiny = Object.fromEntries(TINY.map((f) => [f, TINY_PROMPTS.map((p) => native(path.join(root, 'fixtures/tiny', f), p, 48))]));
+// Mixtures of experts (routing, grouping and the expert-grouped matmul in WGSL; gpt-oss's
+// sinks, clamped SwiGLU and MXFP4 experts), both prompts in one batch, so experts get more
+// than one chunk of tokens in the prefill (this caught a Tint-only miscompile).
+const MOE = ['qwen3_moe', 'mixtral', 'gpt_oss'];
+const MOE_TOKENS = 24;
+const wantMoe = Object.fromEntries(MOE.map((f) => [f, TINY_PROMPTS.map((p) => native(path.join(root, 'fixtures/families', `${f}.gguf`), p, MOE_TOKENS))]));
 
 await page.goto(`${base}/blank.html`);
 
@@ -158,6 +166,19 @@ await check('tiny fixture models equal the CPU backend over 48 tokens (Q4_0 GQA,
       } finally { e.terminate(); }
     }, [`/tiny/${file}`, TINY_PROMPTS]);
     TINY_PROMPTS.forEach((p, i) => assertEq(got[i], wantTiny[file][i], `${file}: ${p}`));
+  }
+});
+
+await check('mixtures of experts equal the CPU backend (Qwen3-MoE, Mixtral, gpt-oss with MXFP4 experts)', async () => {
+  for (const name of MOE) {
+    const got = await page.evaluate(async ([url, prompts, n]) => {
+      const { createEngine } = await import('./infer.js');
+      const e = await createEngine({ model: url, kvCacheMiB: 4, cache: false });
+      try {
+        return await Promise.all(prompts.map(async (prompt) => (await e.completions.create({ prompt, max_tokens: n, temperature: 0, ignore_eos: true })).choices[0].text));
+      } finally { e.terminate(); }
+    }, [`/families/${name}.gguf`, TINY_PROMPTS, MOE_TOKENS]);
+    TINY_PROMPTS.forEach((p, i) => assertEq(got[i], wantMoe[name][i], `${name}: ${p}`));
   }
 });
 

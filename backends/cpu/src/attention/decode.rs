@@ -51,15 +51,23 @@ pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>, 
     row.iter_mut().for_each(|x| *x *= inv);
 }
 
+/// How a group's scores become weights: `softmax(cap(s · scale))`, each query head's sink
+/// in its denominator.
+#[derive(Clone, Copy)]
+pub(super) struct Softmax<'a> {
+    pub scale: f32,
+    pub softcap: Option<f32>,
+    /// One per query head of the group.
+    pub sinks: Option<&'a [f32]>,
+}
+
 /// `out [group, hd]` = softmax(q·Kᵀ · scale) · V for the `group` queries `q [group, hd]`;
 /// `scores` is scratch.
 pub(super) fn attend(
     q: &[f32],
     keys: &Keys,
     hd: usize,
-    scale: f32,
-    softcap: Option<f32>,
-    sinks: Option<&[f32]>,
+    sm: &Softmax,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
@@ -67,44 +75,26 @@ pub(super) fn attend(
     {
         if is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU supports AVX-512F (checked just above).
-            return unsafe { attend_avx512(q, keys, hd, scale, softcap, sinks, scores, out) };
+            return unsafe { attend_avx512(q, keys, hd, sm, scores, out) };
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-            return unsafe { attend_avx2(q, keys, hd, scale, softcap, sinks, scores, out) };
+            return unsafe { attend_avx2(q, keys, hd, sm, scores, out) };
         }
     }
-    attend_portable(q, keys, hd, scale, softcap, sinks, scores, out)
+    attend_portable(q, keys, hd, sm, scores, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn attend_avx512(
-    q: &[f32],
-    keys: &Keys,
-    hd: usize,
-    scale: f32,
-    cap: Option<f32>,
-    sinks: Option<&[f32]>,
-    s: &mut Vec<f32>,
-    o: &mut [f32],
-) {
-    attend_portable(q, keys, hd, scale, cap, sinks, s, o)
+fn attend_avx512(q: &[f32], keys: &Keys, hd: usize, sm: &Softmax, s: &mut Vec<f32>, o: &mut [f32]) {
+    attend_portable(q, keys, hd, sm, s, o)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn attend_avx2(
-    q: &[f32],
-    keys: &Keys,
-    hd: usize,
-    scale: f32,
-    cap: Option<f32>,
-    sinks: Option<&[f32]>,
-    s: &mut Vec<f32>,
-    o: &mut [f32],
-) {
-    attend_portable(q, keys, hd, scale, cap, sinks, s, o)
+fn attend_avx2(q: &[f32], keys: &Keys, hd: usize, sm: &Softmax, s: &mut Vec<f32>, o: &mut [f32]) {
+    attend_portable(q, keys, hd, sm, s, o)
 }
 
 #[inline(always)]
@@ -112,9 +102,7 @@ fn attend_portable(
     q: &[f32],
     keys: &Keys,
     hd: usize,
-    scale: f32,
-    softcap: Option<f32>,
-    sinks: Option<&[f32]>,
+    sm: &Softmax,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
@@ -131,7 +119,7 @@ fn attend_portable(
         }
     }
     for (i, row) in scores.chunks_exact_mut(n.max(1)).enumerate() {
-        softmax_scaled(row, scale, softcap, sinks.map(|s| s[i]));
+        softmax_scaled(row, sm.scale, sm.softcap, sm.sinks.map(|s| s[i]));
     }
     out.fill(0.0);
     for j in 0..n {
