@@ -151,15 +151,21 @@ fn unsupported_architecture() {
         &[],
         "supported: llama, mistral, qwen2, qwen3, gemma2, gemma3",
     );
-    // llama.cpp writes Mixtral as arch `llama` with experts: refused as what it is, not with
-    // a missing tensor.
+    // llama.cpp writes Mixtral as arch `llama` with experts: read as Mixtral, so a file
+    // without the experts' keys names the key, not a missing tensor.
     let mut w = tiny_llama(1);
     w.meta("llama.expert_count", Meta::U32(8));
     let p = write(dir.path(), "mixtral.gguf", &w.to_bytes());
+    expect_error(&p, &[], "metadata `llama.expert_used_count` is missing");
+    // A dense family's file that declares experts is refused as what it is.
+    let mut w = tiny_llama(1);
+    w.meta("general.architecture", Meta::Str("qwen2".into()));
+    w.meta("qwen2.expert_count", Meta::U32(8));
+    let p = write(dir.path(), "qwen2moe.gguf", &w.to_bytes());
     expect_error(
         &p,
         &[],
-        "a mixture-of-experts model (its metadata sets `expert_count`)",
+        "a mixture-of-experts variant (its metadata sets `expert_count`)",
     );
 }
 
@@ -297,13 +303,24 @@ fn corrupt_safetensors_directory() {
     );
     std::fs::write(
         dir.path().join("config.json"),
+        cfg.replace("\"llama\"", "\"deepseek_v3\""),
+    )
+    .unwrap();
+    expect_error(
+        dir.path().to_str().unwrap(),
+        &[],
+        "`deepseek_v3`: a mixture-of-experts model",
+    );
+    // A supported mixture of experts whose config lacks its expert keys names the key.
+    std::fs::write(
+        dir.path().join("config.json"),
         cfg.replace("\"llama\"", "\"qwen3_moe\""),
     )
     .unwrap();
     expect_error(
         dir.path().to_str().unwrap(),
         &[],
-        "`qwen3_moe`: a mixture-of-experts model",
+        "`moe_intermediate_size` is missing",
     );
     // A key that changes the math and the family does not have: refused by name.
     std::fs::write(

@@ -68,7 +68,8 @@ pub(crate) fn gguf_moe(gguf: &GgufFile, c: &ModelConfig, scoring: MoeScoring) ->
     let key = |k: &str| {
         gguf.arch_usize(k)?.ok_or_else(|| {
             gguf.bad(format!(
-                "metadata `{k}` is missing for a mixture of experts"
+                "metadata `{}` is missing for a mixture of experts",
+                gguf.arch_key(k)
             ))
         })
     };
