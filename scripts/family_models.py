@@ -173,35 +173,6 @@ def mxfp4_exact(model):
             e.down_proj.copy_(roundtrip(e.down_proj.transpose(1, 2)).transpose(1, 2))
 
 
-def quantize_experts(path):
-    """Rewrites the GGUF at `path` with its `ffn_*_exps.weight` tensors in MXFP4."""
-    import gguf  # noqa: E402
-    from gguf.quants import quantize  # noqa: E402
-
-    reader = gguf.GGUFReader(str(path))
-    arch = reader.fields["general.architecture"].contents()
-    tmp = path.with_suffix(".tmp.gguf")
-    writer = gguf.GGUFWriter(str(tmp), arch=arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
-    for t in reader.tensors:
-        data = t.data
-        if "_exps.weight" in t.name:
-            data = quantize(data.astype("float32"), gguf.GGMLQuantizationType.MXFP4)
-            writer.add_tensor(t.name, data, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
-        else:
-            writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-
-
 def hf_tokenizer():
     tokens, _, merges = byte_vocab()
     vocab = {t: i for i, t in enumerate(tokens)}
@@ -252,11 +223,13 @@ def convert(converter, src, out):
         sys.argv = argv
 
 
-def add_metadata(llama_cpp, path, extra):
-    """Rewrites `path` with extra integer metadata (gguf-py's gguf_new_metadata)."""
-    if not extra:
+def rewrite_gguf(path, extra=None, mxfp4_experts=False):
+    """Rewrites the GGUF at `path` (with gguf-py): extra integer metadata, and its
+    `ffn_*_exps.weight` tensors quantized to MXFP4."""
+    if not extra and not mxfp4_experts:
         return
     import gguf  # noqa: E402
+    from gguf.quants import quantize  # noqa: E402
 
     reader = gguf.GGUFReader(str(path))
     arch = reader.fields["general.architecture"].contents()
@@ -268,15 +241,17 @@ def add_metadata(llama_cpp, path, extra):
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
-    for k, v in extra.items():
+    for k, v in (extra or {}).items():
         writer.add_uint32(k, v)
     for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+        if mxfp4_experts and "_exps.weight" in t.name:
+            data = quantize(t.data.astype("float32"), gguf.GGMLQuantizationType.MXFP4)
+            writer.add_tensor(t.name, data, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        else:
+            writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data)
+    writer.write_tensors_to_file()
     writer.close()
     tmp.replace(path)
 
@@ -327,9 +302,7 @@ def main():
         (d / "generation_config.json").unlink(missing_ok=True)
         gguf_path = out / f"{name}.gguf"
         convert(converter, d, gguf_path)
-        add_metadata(args.llama_cpp, gguf_path, extra)
-        if name in MXFP4_EXPERTS:
-            quantize_experts(gguf_path)
+        rewrite_gguf(gguf_path, extra, mxfp4_experts=name in MXFP4_EXPERTS)
         model = model.double()
         greedy, margins, rows = reference(model, prompt)
         cases.append(dict(name=name, hf_dir=name, gguf=f"{name}.gguf", prompt_ids=prompt, greedy_ids=greedy,

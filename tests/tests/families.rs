@@ -4,7 +4,7 @@
 
 use infer_cpu::CpuBackend;
 use infer_tests::conformance::families::{
-    check_family, family_cases, load_family, max_logprob_diff, FamilyFormat,
+    check_family, family_cases, load_family, max_logprob_diff, FamilyCase, FamilyFormat,
 };
 
 const TOLERANCE: f64 = 1e-4;
@@ -19,6 +19,25 @@ fn every_family_matches_transformers_on_the_cpu() {
         }
     }
     eprintln!("max |logprob diff| vs transformers: {}", report.join(", "));
+}
+
+/// A copy of `case`'s HF directory with its config.json passed through `edit`: the directory
+/// (deleted when the handle drops) and the edited config.
+fn edited_hf_copy(
+    case: &FamilyCase,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> (tempfile::TempDir, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(case.path(FamilyFormat::Hf)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let path = dir.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, config.to_string()).unwrap();
+    (dir, config)
 }
 
 /// Rewrites a transformers ≥ 5 config.json (`rope_parameters`) in the spelling transformers ≤ 4
@@ -53,17 +72,8 @@ fn old_spelling(config: &mut serde_json::Value) {
 fn both_config_spellings_give_the_same_logits_for_every_family() {
     for case in family_cases() {
         let new = case.open(FamilyFormat::Hf);
-        let dir = tempfile::tempdir().unwrap();
-        for entry in std::fs::read_dir(case.path(FamilyFormat::Hf)).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-        }
-        let path = dir.path().join("config.json");
-        let mut config: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        old_spelling(&mut config);
+        let (dir, config) = edited_hf_copy(&case, old_spelling);
         assert!(config.get("rope_parameters").is_none());
-        std::fs::write(&path, config.to_string()).unwrap();
         let old = infer_core::open_model(dir.path().to_str().unwrap()).unwrap();
         assert_eq!(old.config, new.config, "{}: configs differ", case.name);
         let backend = CpuBackend::new();
@@ -141,16 +151,7 @@ fn bad_moe_configs_are_refused_by_name() {
     ];
     for (name, key, value, expect) in cases {
         let case = family_cases().into_iter().find(|c| c.name == name).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        for entry in std::fs::read_dir(case.path(FamilyFormat::Hf)).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
-        }
-        let path = dir.path().join("config.json");
-        let mut config: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        config[key] = value;
-        std::fs::write(&path, config.to_string()).unwrap();
+        let (dir, _) = edited_hf_copy(&case, |config| config[key] = value);
         let err = match infer_core::open_model(dir.path().to_str().unwrap()) {
             Ok(_) => panic!("{name} with {key} changed loaded"),
             Err(e) => e.to_string(),
