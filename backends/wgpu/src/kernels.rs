@@ -11,11 +11,11 @@ use crate::pool::GpuBuffer;
 /// Four u32 (or f32 bit patterns): the parameter block of most kernels.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct Params4([u32; 4]);
+pub(crate) struct Params4(pub(crate) [u32; 4]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct Params8([u32; 8]);
+pub(crate) struct Params8(pub(crate) [u32; 8]);
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -95,7 +95,7 @@ pub(crate) fn groups_grid(groups: usize) -> (u32, u32, u32) {
     (groups.min(65_535), groups.div_ceil(65_535), 1)
 }
 
-fn u(v: usize) -> u32 {
+pub(crate) fn u(v: usize) -> u32 {
     v as u32
 }
 

@@ -3,7 +3,6 @@
 //! the stacked experts, never one per expert or token) and the weighted combine. Nothing is
 //! read back: the step stays one submission.
 
-use bytemuck::{Pod, Zeroable};
 use infer_core::backend::DeviceTensor;
 use infer_core::error::Result;
 use infer_core::moe::{HostRouting, MoeRouting, MoeScoring};
@@ -11,7 +10,7 @@ use infer_shaders as shaders;
 
 use crate::backend::{gpu_err, WgpuBackend};
 use crate::context::GpuResult;
-use crate::kernels::{groups_grid, MatrixRef, WeightStorage};
+use crate::kernels::{groups_grid, u, MatrixRef, Params4, Params8, WeightStorage};
 use crate::pool::GpuBuffer;
 use crate::tensor::{op_err, WgpuTensor};
 use crate::GpuContext;
@@ -25,18 +24,6 @@ pub struct WgpuRouting {
     tokens: usize,
     top_k: usize,
     experts: usize,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct Params4([u32; 4]);
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct Params8([u32; 8]);
-
-fn u(v: usize) -> u32 {
-    v as u32
 }
 
 impl GpuContext {

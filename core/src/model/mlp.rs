@@ -90,9 +90,7 @@ impl<T> Mlp<T> {
             routing: moe.routing,
         })
     }
-}
 
-impl<T> Mlp<T> {
     /// The MLP of `h [tokens, hidden]`. `first_rank`: this rank adds the biases that follow
     /// a row-parallel matmul (the ranks' partial outputs are summed afterwards).
     pub(super) fn forward<B: Backend<Tensor = T>>(
