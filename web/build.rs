@@ -23,6 +23,12 @@ fn main() {
     let dir = std::env::var("INFER_BROWSER_DIST")
         .map(PathBuf::from)
         .unwrap_or_else(|_| manifest.join("../target/browser-dist"));
+    // Cargo counts a missing watched path as changed on every build (which rebuilt the server
+    // and the binary each time): the default folder is made, empty, so it can be watched; the
+    // browser build writing into it later changes its time.
+    if std::env::var_os("INFER_BROWSER_DIST").is_none() {
+        let _ = std::fs::create_dir_all(&dir);
+    }
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut found = Vec::new();
     files(&dir, 1, &mut found);

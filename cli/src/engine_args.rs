@@ -6,6 +6,8 @@ use clap::{Args, ValueEnum};
 use infer_core::{EngineOptions, PreemptionMode, SchedulerConfig};
 
 const GIB: f64 = (1u64 << 30) as f64;
+/// vLLM's default chunked-prefill budget.
+const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 2048;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Preemption {
@@ -36,9 +38,11 @@ pub struct EngineArgs {
     /// Most sequences in one step.
     #[arg(long, default_value_t = 256)]
     pub max_num_seqs: usize,
-    /// Most tokens in one step (decode tokens plus prefill chunks).
-    #[arg(long, default_value_t = 2048)]
-    pub max_num_batched_tokens: usize,
+    /// Most tokens in one step (decode tokens plus prefill chunks); default 2048. `serve`
+    /// without it paces steps instead: the budget follows the measured cost of a token so a
+    /// step stays near --step-target-ms, at most 2048.
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<usize>,
     #[arg(long, value_enum, default_value = "recompute")]
     pub preemption_mode: Preemption,
     /// Do not reuse the KV blocks of shared prompt prefixes.
@@ -57,7 +61,9 @@ impl EngineArgs {
     pub fn scheduler(&self) -> SchedulerConfig {
         SchedulerConfig {
             max_num_seqs: self.max_num_seqs,
-            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_batched_tokens: self
+                .max_num_batched_tokens
+                .unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS),
             preemption_mode: match self.preemption_mode {
                 Preemption::Recompute => PreemptionMode::Recompute,
                 Preemption::Swap => PreemptionMode::Swap,

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
+use infer_web::api::prepare::ChatLimits;
 use infer_web::api::tools::ToolCallParser;
+use infer_web::budget::Budget;
 use infer_web::cors::parse_list;
 use infer_web::{CorsConfig, EngineHandle, Metrics, ServeOptions, ServerState};
 
@@ -25,7 +27,8 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1 endpoints.
     #[arg(long, env = "INFER_API_KEY")]
     pub api_key: Option<String>,
-    /// Model name clients use (default: the --model value).
+    /// Model name clients use (default: the --model value; for an absolute path, its file or
+    /// folder name).
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Waiting requests beyond which new ones get 503 at once (0 = no limit).
@@ -65,6 +68,25 @@ pub struct ServeArgs {
     /// CORS: allow credentials (cookies, HTTP auth) on cross-origin calls.
     #[arg(long)]
     pub allowed_credentials: bool,
+    /// The time a step should take when --max-num-batched-tokens is not given: the token
+    /// budget follows the measured cost of a token, so long prompts are admitted in chunks
+    /// that keep every running stream's gap between tokens near this. 0: no pacing.
+    #[arg(long, default_value_t = 250)]
+    pub step_target_ms: u64,
+    /// Chat messages one request may hold (more: a 400 naming this flag), checked before the
+    /// template renders them.
+    #[arg(long, default_value_t = ChatLimits::default().max_messages)]
+    pub max_chat_messages: usize,
+    /// Tools one chat request may hold (OpenAI allows 128).
+    #[arg(long, default_value_t = ChatLimits::default().max_tools)]
+    pub max_tools: usize,
+    /// Requests parsed, rendered and tokenized at once (default: one per core); more wait, up
+    /// to 30 s, then get 503. Each costs many times its body while it is prepared.
+    #[arg(long)]
+    pub max_tokenizing_requests: Option<usize>,
+    /// MiB of large (> 64 KiB) request bodies held at once; past it, new ones get 503.
+    #[arg(long, default_value_t = infer_web::budget::DEFAULT_BODY_MIB)]
+    pub max_body_memory_mib: usize,
     /// vLLM's switch for `tool_choice: "auto"`, accepted so vLLM command lines run: here auto
     /// tool choice is on whenever --tool-call-parser resolves to a parser.
     #[arg(long)]
@@ -124,11 +146,21 @@ async fn shutdown_signal() {
     }
 }
 
+/// The --model value, as vLLM names the model; an absolute path is cut to its last part, so
+/// routes open without the key (`/metrics` labels) do not disclose where the model lives.
+fn default_served_name(model: &str) -> String {
+    let path = std::path::Path::new(model);
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some(name) if path.is_absolute() => name.to_string(),
+        _ => model.to_string(),
+    }
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     let name = args
         .served_model_name
         .clone()
-        .unwrap_or_else(|| args.model.model.clone());
+        .unwrap_or_else(|| default_served_name(&args.model.model));
     let model = args.model;
     let gguf = std::path::PathBuf::from(&model.model);
     let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
@@ -144,12 +176,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
             credentials: args.allowed_credentials,
         }),
     };
+    let limits = ChatLimits {
+        max_messages: args.max_chat_messages.max(1),
+        max_tools: args.max_tools,
+    };
+    let budget = Budget::new(
+        args.max_body_memory_mib,
+        args.max_tokenizing_requests
+            .unwrap_or_else(infer_web::budget::default_preparing),
+        infer_web::budget::DEFAULT_PREPARE_WAIT,
+    );
     if args.enable_auto_tool_choice && args.tool_call_parser == "none" {
         anyhow::bail!("--enable-auto-tool-choice needs a --tool-call-parser other than none");
     }
+    let step_target = (model.engine.max_num_batched_tokens.is_none() && args.step_target_ms > 0)
+        .then(|| Duration::from_millis(args.step_target_ms));
     let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
         move || {
             let (mut engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
+            engine.set_step_target(step_target);
             if let Err(e) = engine.prepare_structured_outputs() {
                 tracing::warn!("structured outputs and tool choice will fail: {e}");
             }
@@ -172,7 +217,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         )
         .with_model_file(gguf)
         .with_tool_parser(parser)
-        .with_cors(cors),
+        .with_cors(cors)
+        .with_limits(limits, budget),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -193,6 +239,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 .with_context(|| format!("binding {addr}"))?;
         eprintln!("infer serve: http://{local} ({backend})");
         server.await;
-        Ok(())
-    })
+        Ok::<(), anyhow::Error>(())
+    })?;
+    // Tokenizations still running on the blocking pool are not waited for: the grace period
+    // bounds the whole exit (dropping the runtime would wait for them).
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
 }

@@ -115,9 +115,39 @@ pub struct ModelConfig {
     pub features: Features,
 }
 
+/// The longest context a model may declare: 16M tokens (the longest shipped is 10M).
+pub const MAX_CONTEXT: usize = 1 << 24;
+
 impl ModelConfig {
     /// Checks the invariants the forward relies on, so a bad file fails here and not in a kernel.
+    /// Every size within what any real model has, so that nothing is allocated from a corrupt
+    /// or hostile value (a 2^31 context would size a 512 GiB RoPE table).
+    pub fn check_limits(&self) -> Result<()> {
+        for (name, v, max) in [
+            ("vocab_size", self.vocab_size, 1 << 22),
+            ("hidden_size", self.hidden_size, 1 << 17),
+            ("intermediate_size", self.intermediate_size, 1 << 20),
+            ("num_layers", self.num_layers, 1 << 12),
+            ("num_heads", self.num_heads, 1 << 12),
+            ("num_kv_heads", self.num_kv_heads, 1 << 12),
+            ("head_dim", self.head_dim, 1 << 12),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                MAX_CONTEXT,
+            ),
+        ] {
+            if v > max {
+                return Err(InferError::Config(format!(
+                    "{name} {v} is beyond any real model's (at most {max}): corrupt or hostile"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<()> {
+        self.check_limits()?;
         let bad = |m: String| Err(InferError::Config(m));
         for (name, v) in [
             ("vocab_size", self.vocab_size),

@@ -41,12 +41,14 @@ pub use engine::{
 };
 pub use error::{InferError, Result};
 pub use generate::{FinishReason, GenerationOutput, Generator};
+/// A compiled structured-output constraint (llguidance's matcher) for `add_request_compiled`.
+pub use llguidance::Matcher as GrammarMatcher;
 #[cfg(feature = "native")]
 pub use loader::{open_model, open_request, LoadRequest, ModelFiles, OpenedModel, WeightsFrom};
 pub use model::{Family, Model};
 pub use parallel::{ProcessGroup, TensorParallel, TpExecutor};
 pub use rope::{Rope, RopeScaling, RopeStyle};
-pub use sampling::SamplingParams;
+pub use sampling::{GrammarCompiler, SamplingParams};
 pub use scheduler::{PreemptionMode, SchedulerConfig};
 pub use tokenizer::{template_takes_tools, ChatMessage, Tokenizer};
 pub use weights::{HostTensor, PackedBytes, PackedTensor, WeightSource};

@@ -4,6 +4,7 @@ content parts, and every field we do not implement refused by name."""
 
 import json
 import re
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -189,7 +190,14 @@ def test_continue_final_message_continues_the_assistant_turn(client, server):
 def test_model_card_and_tokenizer_info(client, server):
     assert client.models.retrieve(MODEL).id == MODEL
     expect(openai.NotFoundError, 404, lambda: client.models.retrieve("gpt-9"), "model")
-    with urllib.request.urlopen(f"{server}/tokenizer_info", timeout=30) as r:
+    # Behind the key: it holds the chat template.
+    try:
+        urllib.request.urlopen(f"{server}/tokenizer_info", timeout=30)
+        raise AssertionError("/tokenizer_info answered without the key")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401
+    with urllib.request.urlopen(urllib.request.Request(
+            f"{server}/tokenizer_info", headers={"Authorization": f"Bearer {KEY}"}), timeout=30) as r:
         info = json.load(r)
     assert info["eos_token"] == "<|im_end|>"
     assert "{% for message in messages %}" in info["chat_template"]

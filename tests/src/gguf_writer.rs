@@ -4,6 +4,9 @@ use half::f16;
 
 pub enum Meta {
     U32(u32),
+    U64(u64),
+    /// An array of bytes (ggml metadata type 0).
+    U8s(Vec<u8>),
     F32(f32),
     Str(String),
     Bool(bool),
@@ -72,6 +75,16 @@ impl GgufWriter {
                 Meta::U32(x) => {
                     out.extend(4u32.to_le_bytes());
                     out.extend(x.to_le_bytes());
+                }
+                Meta::U64(x) => {
+                    out.extend(10u32.to_le_bytes());
+                    out.extend(x.to_le_bytes());
+                }
+                Meta::U8s(items) => {
+                    out.extend(9u32.to_le_bytes());
+                    out.extend(0u32.to_le_bytes());
+                    out.extend((items.len() as u64).to_le_bytes());
+                    out.extend(items);
                 }
                 Meta::F32(x) => {
                     out.extend(6u32.to_le_bytes());

@@ -157,6 +157,15 @@ pub fn spawn_serve(exe: &str, args: &[&str]) -> (Child, String) {
     while stderr.read_line(&mut line).unwrap_or(0) > 0 {
         if let Some(rest) = line.trim().strip_prefix("infer serve: ") {
             if let Some(url) = rest.split_whitespace().next() {
+                // The rest of the server's log goes to the test's (shown when it fails); an
+                // unread pipe would fill, or break, under the server.
+                std::thread::spawn(move || {
+                    let mut line = String::new();
+                    while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+                        eprint!("[serve] {line}");
+                        line.clear();
+                    }
+                });
                 return (child, url.to_string());
             }
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use warp::reply::{Reply, Response};
 use warp::Filter;
 
+use crate::routes::{get, Auth};
 use crate::state::ServerState;
 
 include!(concat!(env!("OUT_DIR"), "/browser_assets.rs"));
@@ -44,10 +45,13 @@ fn asset(tail: &str) -> Response {
 
 pub fn routes(
     state: Arc<ServerState>,
+    auth: Auth,
 ) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
     // warp's file filter answers Range requests (the page reads tensors in ranges when the
     // browser's cache is off or full); an empty path is a 404 when the model is no GGUF file.
+    // The weights are behind the key when the server has one (the page sends it when given).
     let model = warp::path!("browser" / "model.gguf")
+        .and(auth)
         .and(warp::fs::file(state.model_file.clone().unwrap_or_default()))
         .map(|f: warp::fs::File| f.into_response());
     // warp matches `/browser` and `/browser/` alike: only the first is sent to the second,
@@ -55,7 +59,7 @@ pub fn routes(
     let files = warp::path("browser")
         .and(warp::path::full())
         .and(warp::path::tail())
-        .and(warp::get())
+        .and(get())
         .map(|full: warp::path::FullPath, tail: warp::path::Tail| {
             if tail.as_str().is_empty() && !full.as_str().ends_with('/') {
                 warp::redirect::see_other(warp::http::Uri::from_static("/browser/")).into_response()

@@ -13,24 +13,28 @@ use serde_json::{json, Value};
 use warp::reply::{Reply as _, Response};
 
 use crate::api::{ChatRequest, Usage};
+use crate::body::Parsed;
 use crate::completions::{finish, sse_data, sse_reply, sse_tail, UsageRead};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
 use crate::routes::blocking;
 use crate::state::ServerState;
 
-pub async fn handle(state: Arc<ServerState>, req: ChatRequest) -> Response {
+pub async fn handle(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Response {
     match run(state, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn run(state: Arc<ServerState>, req: ChatRequest) -> Result<Response, ApiError> {
-    // Rendering and tokenizing run on the blocking pool (a huge prompt must not stall others).
+async fn run(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Result<Response, ApiError> {
+    // Rendering and tokenizing run on the blocking pool (a huge prompt must not stall others),
+    // within the request's preparation slot.
     let s = state.clone();
+    let Parsed { value: req, slot } = req;
     let (req, prepared) = blocking(move || {
         let prepared = s.served().chat(&req);
+        drop(slot);
         (req, prepared)
     })
     .await?;
@@ -90,7 +94,7 @@ fn chat_stream(
         }
         let usage = running.as_ref().map(|r| r.usage(0));
         let choices: Vec<Value> = match ev {
-            Event::Failed(why) => {
+            Event::Failed { message: why, .. } => {
                 vec![json!({"index": 0, "delta": {}, "finish_reason": "error", "error": why})]
             }
             Event::Output(out) => {

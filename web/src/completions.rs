@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use warp::reply::{Reply as _, Response};
 
 use crate::api::{CompletionRequest, Usage};
+use crate::body::Parsed;
 use crate::engine_loop::{Event, Events, NewRequest};
 use crate::errors::ApiError;
 use crate::routes::blocking;
@@ -42,10 +43,20 @@ pub async fn finish(mut events: Events) -> Result<Finished, ApiError> {
                     });
                 }
             }
-            Event::Failed(why) => {
+            // Cut off by shutdown: 503, which clients retry (elsewhere); an engine failure: 500.
+            Event::Failed {
+                message,
+                shutdown: true,
+            } => {
+                return Err(
+                    ApiError::new(warp::http::StatusCode::SERVICE_UNAVAILABLE, message)
+                        .code(crate::errors::SHUTTING_DOWN),
+                )
+            }
+            Event::Failed { message, .. } => {
                 return Err(ApiError::new(
                     warp::http::StatusCode::INTERNAL_SERVER_ERROR,
-                    why,
+                    message,
                 ))
             }
         }
@@ -56,17 +67,22 @@ pub async fn finish(mut events: Events) -> Result<Finished, ApiError> {
     ))
 }
 
-pub async fn handle(state: Arc<ServerState>, req: CompletionRequest) -> Response {
+pub async fn handle(state: Arc<ServerState>, req: Parsed<CompletionRequest>) -> Response {
     match run(state, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn run(state: Arc<ServerState>, req: CompletionRequest) -> Result<Response, ApiError> {
+async fn run(
+    state: Arc<ServerState>,
+    req: Parsed<CompletionRequest>,
+) -> Result<Response, ApiError> {
     let s = state.clone();
+    let Parsed { value: req, slot } = req;
     let (req, prepared) = blocking(move || {
         let prepared = s.served().completion(&req);
+        drop(slot);
         (req, prepared)
     })
     .await?;
@@ -211,7 +227,7 @@ fn sse_stream(
         }
         let chunk_usage = running.as_ref().map(|r| r.usage(i));
         let choices: Vec<Value> = match ev {
-            Event::Failed(why) => {
+            Event::Failed { message: why, .. } => {
                 vec![json!({"index": i * n, "text": "", "finish_reason": "error", "error": why})]
             }
             Event::Output(out) => {

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use infer_core::{Engine, EngineStats, Executor, InferError, RequestOutput, SamplingParams};
+use infer_core::{
+    Engine, EngineStats, Executor, GrammarCompiler, GrammarMatcher, InferError, RequestOutput,
+    SamplingParams,
+};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use crate::metrics::Metrics;
@@ -17,8 +20,12 @@ use crate::metrics::Metrics;
 #[derive(Debug)]
 pub enum Event {
     Output(RequestOutput),
-    /// The engine failed; the request is over.
-    Failed(String),
+    /// The request is over without its output: the engine failed (`shutdown: false`), or the
+    /// server's shutdown aborted it.
+    Failed {
+        message: String,
+        shutdown: bool,
+    },
 }
 
 pub type Events = tmpsc::UnboundedReceiver<Event>;
@@ -32,6 +39,12 @@ pub enum SubmitError {
         "the server is busy: {waiting} requests would wait beyond what the batch takes (--max-waiting {limit}); retry later"
     )]
     Busy { waiting: usize, limit: usize },
+    /// More prompts than the batch and the waiting queue hold together: it would never be
+    /// admitted, so retrying is pointless.
+    #[error(
+        "the request has {requests} prompts but at most {limit} can be queued at once (--max-num-seqs + --max-waiting); send fewer per request"
+    )]
+    TooManyPrompts { requests: usize, limit: usize },
     #[error("the engine has stopped")]
     Stopped,
 }
@@ -43,10 +56,16 @@ pub struct NewRequest {
     pub params: SamplingParams,
 }
 
+/// A request on its way to the engine thread, its constraint compiled.
+struct Compiled {
+    request: NewRequest,
+    grammar: Option<GrammarMatcher>,
+}
+
 enum Command {
     /// A client request's engine requests, admitted all together or not at all.
     Add {
-        requests: Vec<(NewRequest, tmpsc::UnboundedSender<Event>)>,
+        requests: Vec<(Compiled, tmpsc::UnboundedSender<Event>)>,
         accepted: oneshot::Sender<Result<(), SubmitError>>,
     },
     Stats(oneshot::Sender<EngineStats>),
@@ -59,6 +78,9 @@ enum Command {
 pub struct EngineHandle {
     commands: Sender<Command>,
     thread: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
+    /// Compiles structured-output constraints on the blocking pool, off the engine thread
+    /// (a grammar of 50,000 choices takes seconds; the running streams must not wait for it).
+    grammars: Option<Arc<GrammarCompiler>>,
 }
 
 struct Loop<E: Executor> {
@@ -91,8 +113,10 @@ impl EngineHandle {
             .name("engine".into())
             .spawn(move || {
                 let engine = match build() {
-                    Ok((engine, extra)) => {
-                        let _ = ready_tx.send(Ok(extra));
+                    Ok((mut engine, extra)) => {
+                        // Without a tokenizer there are no constraints to compile.
+                        let grammars = engine.grammar_compiler().ok();
+                        let _ = ready_tx.send(Ok((extra, grammars)));
                         engine
                     }
                     Err(e) => {
@@ -113,12 +137,13 @@ impl EngineHandle {
                 .run(rx)
             })
             .map_err(|e| format!("spawning the engine thread: {e}"))?;
-        let extra = ready
+        let (extra, grammars) = ready
             .recv()
             .map_err(|_| "the engine thread died while starting".to_string())??;
         let handle = EngineHandle {
             commands,
             thread: Arc::new(std::sync::Mutex::new(Some(thread))),
+            grammars,
         };
         Ok((handle, extra))
     }
@@ -141,9 +166,10 @@ impl EngineHandle {
     /// is and the error says why, before any of them is computed.
     pub async fn submit_all(&self, requests: Vec<NewRequest>) -> Result<Vec<Events>, SubmitError> {
         let (mut with_events, mut receivers) = (Vec::new(), Vec::new());
-        for r in requests {
+        for request in requests {
+            let grammar = self.compile(&request.params).await?;
             let (tx, rx) = tmpsc::unbounded_channel();
-            with_events.push((r, tx));
+            with_events.push((Compiled { request, grammar }, tx));
             receivers.push(rx);
         }
         let (accepted, reply) = oneshot::channel();
@@ -154,6 +180,23 @@ impl EngineHandle {
         self.commands.send(cmd).map_err(|_| SubmitError::Stopped)?;
         reply.await.map_err(|_| SubmitError::Stopped)??;
         Ok(receivers)
+    }
+
+    /// The request's structured-output constraint, compiled on the blocking pool.
+    async fn compile(
+        &self,
+        params: &SamplingParams,
+    ) -> Result<Option<GrammarMatcher>, SubmitError> {
+        let (Some(spec), Some(compiler)) = (&params.structured_outputs, &self.grammars) else {
+            return Ok(None);
+        };
+        let (spec, compiler) = (spec.clone(), compiler.clone());
+        match tokio::task::spawn_blocking(move || compiler.compile(&spec)).await {
+            Ok(Ok(matcher)) => Ok(Some(matcher)),
+            Ok(Err(e)) => Err(SubmitError::Invalid(e)),
+            // The compile task panicked: let the engine compile it and report.
+            Err(_) => Ok(None),
+        }
     }
 
     pub async fn stats(&self) -> Option<EngineStats> {
@@ -180,7 +223,9 @@ impl<E: Executor> Loop<E> {
                 match rx.try_recv() {
                     Ok(c) => Some(c),
                     Err(TryRecvError::Empty) => None,
-                    Err(TryRecvError::Disconnected) => return self.abort_all("the server stopped"),
+                    Err(TryRecvError::Disconnected) => {
+                        return self.abort_all("the server stopped", true)
+                    }
                 }
             } else {
                 match rx.recv() {
@@ -191,7 +236,7 @@ impl<E: Executor> Loop<E> {
             let mut next = first;
             while let Some(cmd) = next {
                 if !self.handle(cmd) {
-                    return self.abort_all("the server is shutting down");
+                    return self.abort_all("the server is shutting down", true);
                 }
                 next = rx.try_recv().ok();
             }
@@ -236,7 +281,7 @@ impl<E: Executor> Loop<E> {
     /// "waiting" (its requests are admitted within one step).
     fn admit(
         &mut self,
-        requests: Vec<(NewRequest, tmpsc::UnboundedSender<Event>)>,
+        requests: Vec<(Compiled, tmpsc::UnboundedSender<Event>)>,
     ) -> Result<Vec<String>, SubmitError> {
         let scheduler = self.engine.scheduler();
         let free = self
@@ -245,6 +290,13 @@ impl<E: Executor> Loop<E> {
             .scheduler
             .max_num_seqs
             .saturating_sub(scheduler.num_running());
+        let batch = self.engine.config().scheduler.max_num_seqs;
+        if self.max_waiting > 0 && requests.len() > batch + self.max_waiting {
+            return Err(SubmitError::TooManyPrompts {
+                requests: requests.len(),
+                limit: batch + self.max_waiting,
+            });
+        }
         let waiting = scheduler.num_waiting() + requests.len();
         let beyond = waiting.saturating_sub(free);
         if self.max_waiting > 0 && beyond > self.max_waiting {
@@ -254,8 +306,18 @@ impl<E: Executor> Loop<E> {
             });
         }
         let mut added: Vec<String> = Vec::with_capacity(requests.len());
-        for (r, events) in requests {
-            if let Err(e) = self.engine.add_request(r.id.clone(), r.prompt, r.params) {
+        for (
+            Compiled {
+                request: r,
+                grammar,
+            },
+            events,
+        ) in requests
+        {
+            let added_now =
+                self.engine
+                    .add_request_compiled(r.id.clone(), r.prompt, r.params, grammar);
+            if let Err(e) = added_now {
                 for id in &added {
                     self.abort(id);
                 }
@@ -315,7 +377,7 @@ impl<E: Executor> Loop<E> {
             }
             Err(e) => {
                 tracing::error!(error = %e, "engine step failed");
-                self.abort_all(&format!("engine error: {e}"));
+                self.abort_all(&format!("engine error: {e}"), false);
             }
         }
     }
@@ -330,10 +392,13 @@ impl<E: Executor> Loop<E> {
         }
     }
 
-    fn abort_all(&mut self, why: &str) {
+    fn abort_all(&mut self, why: &str, shutdown: bool) {
         self.last_output.clear();
         for (id, tx) in std::mem::take(&mut self.streams) {
-            let _ = tx.send(Event::Failed(why.to_string()));
+            let _ = tx.send(Event::Failed {
+                message: why.to_string(),
+                shutdown,
+            });
             if self.engine.abort_request(&id) {
                 self.metrics.record_aborted();
             }

@@ -8,28 +8,22 @@ use warp::http::StatusCode;
 use warp::reject::Rejection;
 use warp::reply::Reply;
 
-use crate::api::{ErrorBody, ErrorDetail, RequestError};
+use crate::api::RequestError;
 use crate::engine_loop::SubmitError;
 
 /// The methods the server answers (`Allow` on 405 and OPTIONS).
 pub const ALLOWED_METHODS: &str = "GET, HEAD, POST, OPTIONS";
 
+/// An error reply: OpenAI's body (`RequestError::body`, one serializer for the server and the
+/// browser engine) with its status and headers.
 #[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
-    pub param: Option<String>,
-}
+pub struct ApiError(pub RequestError);
 
 impl warp::reject::Reject for ApiError {}
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            message: message.into(),
-            param: None,
-        }
+        ApiError(RequestError::new(status.as_u16(), message))
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -37,53 +31,36 @@ impl ApiError {
     }
 
     pub fn param(mut self, name: &str) -> Self {
-        self.param = Some(name.to_string());
+        self.0.param = Some(name.to_string());
+        self
+    }
+
+    pub fn code(mut self, code: &'static str) -> Self {
+        self.0.code = Some(code);
         self
     }
 
     /// The engine names structured-output errors `structured_outputs`; the client may have
     /// used `response_format` or a `guided_*` field instead.
     pub fn structured_param(self, used: Option<&'static str>) -> Self {
-        let e = RequestError {
-            status: self.status.as_u16(),
-            message: self.message,
-            param: self.param,
-        }
-        .structured_param(used);
-        ApiError {
-            status: self.status,
-            message: e.message,
-            param: e.param,
-        }
+        ApiError(self.0.structured_param(used))
     }
 
-    fn kind(&self) -> &'static str {
-        match self.status {
-            StatusCode::BAD_REQUEST
-            | StatusCode::PAYLOAD_TOO_LARGE
-            | StatusCode::METHOD_NOT_ALLOWED
-            | StatusCode::REQUEST_TIMEOUT => "invalid_request_error",
-            StatusCode::UNAUTHORIZED => "authentication_error",
-            StatusCode::NOT_FOUND => "not_found_error",
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "server_busy",
-            _ => "internal_error",
-        }
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     pub fn into_response(self) -> warp::reply::Response {
-        let body = ErrorBody {
-            error: ErrorDetail {
-                kind: self.kind().to_string(),
-                message: self.message,
-                param: self.param,
-                code: Some(self.status.as_u16().to_string()),
-            },
-        };
-        let mut r = warp::reply::with_status(warp::reply::json(&body), self.status).into_response();
-        let header = match self.status {
+        let status = self.status();
+        let mut r =
+            warp::reply::with_status(warp::reply::json(&self.0.body()), status).into_response();
+        let header = match status {
             StatusCode::UNAUTHORIZED => Some(("www-authenticate", "Bearer")),
-            // Busy: the client should come back shortly.
-            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+            // Busy: the condition passes, the client should come back shortly. (A server
+            // shutting down answers 503 without it: this one will not be back.)
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+                if self.0.code != Some(SHUTTING_DOWN) =>
+            {
                 Some(("retry-after", "1"))
             }
             StatusCode::METHOD_NOT_ALLOWED => Some(("allow", ALLOWED_METHODS)),
@@ -97,13 +74,12 @@ impl ApiError {
     }
 }
 
+/// `error.code` of requests the server's shutdown cut off or turned away.
+pub const SHUTTING_DOWN: &str = "server_shutting_down";
+
 impl From<RequestError> for ApiError {
     fn from(e: RequestError) -> Self {
-        ApiError {
-            status: StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            message: e.message,
-            param: e.param,
-        }
+        ApiError(e)
     }
 }
 
@@ -120,7 +96,12 @@ impl From<SubmitError> for ApiError {
             busy @ SubmitError::Busy { .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, busy.to_string())
             }
-            SubmitError::Stopped => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            too_many @ SubmitError::TooManyPrompts { .. } => {
+                ApiError::bad_request(too_many.to_string()).param("prompt")
+            }
+            SubmitError::Stopped => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).code(SHUTTING_DOWN)
+            }
         }
     }
 }
@@ -128,11 +109,7 @@ impl From<SubmitError> for ApiError {
 /// Turns warp's rejections (bad JSON, body too large, unknown path) into OpenAI error bodies.
 pub async fn recover(r: Rejection) -> Result<warp::reply::Response, Infallible> {
     let e = if let Some(e) = r.find::<ApiError>() {
-        ApiError {
-            status: e.status,
-            message: e.message.clone(),
-            param: e.param.clone(),
-        }
+        ApiError(e.0.clone())
     } else if let Some(e) = r.find::<warp::filters::body::BodyDeserializeError>() {
         ApiError::bad_request(format!("invalid JSON body: {e}"))
     } else if r.find::<warp::reject::PayloadTooLarge>().is_some() {

@@ -4,6 +4,7 @@
 pub use infer_api as api;
 mod body;
 mod browser_page;
+pub mod budget;
 mod chat;
 mod completions;
 pub mod cors;

@@ -13,15 +13,18 @@ use warp::filters::BoxedFilter;
 use warp::reply::Response;
 use warp::{Filter, Reply};
 
-use crate::routes::{get, with_state};
+use crate::routes::{get, with_state, Auth};
 use crate::state::ServerState;
 
-pub fn routes(state: Arc<ServerState>) -> BoxedFilter<(Response,)> {
+/// `/get_load` stays open (routers poll it without a key); the model and server details are
+/// behind the key when the server has one: they name the model and hold its chat template.
+pub fn routes(state: Arc<ServerState>, auth: Auth) -> BoxedFilter<(Response,)> {
     let model_info = warp::path("get_model_info")
         .or(warp::path("model_info"))
         .unify()
         .and(warp::path::end())
         .and(get())
+        .and(auth.clone())
         .and(with_state(state.clone()))
         .map(|s: Arc<ServerState>| {
             warp::reply::json(&json!({
@@ -41,6 +44,7 @@ pub fn routes(state: Arc<ServerState>) -> BoxedFilter<(Response,)> {
         .unify()
         .and(warp::path::end())
         .and(get())
+        .and(auth)
         .and(with_state(state.clone()))
         .then(|s: Arc<ServerState>| async move {
             let stats = s.engine.stats().await.unwrap_or_default();

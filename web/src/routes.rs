@@ -13,7 +13,7 @@ use warp::Filter;
 use crate::api::{
     ChatRequest, CompletionRequest, DetokenizeRequest, RequestError, TokenizeRequest,
 };
-use crate::body;
+use crate::body::{self, Parsed};
 use crate::errors::{recover, ApiError, ALLOWED_METHODS};
 use crate::state::ServerState;
 use crate::{chat, completions};
@@ -42,15 +42,31 @@ pub async fn blocking<T: Send + 'static>(
     })
 }
 
+/// The filter that lets a request through when it carries the server's key (every request
+/// when there is none).
+pub(crate) type Auth = BoxedFilter<()>;
+
+/// Whether an `Authorization` header carries `key`: the `Bearer` scheme in any case (RFC 9110
+/// makes schemes case-insensitive), the token compared in constant time, so response timing
+/// does not leak how much of a guess was right.
+pub(crate) fn key_matches(header: Option<&str>, key: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some((scheme, token)) = header.map(str::trim).and_then(|h| h.split_once(' ')) else {
+        return false;
+    };
+    scheme.eq_ignore_ascii_case("bearer")
+        && bool::from(token.trim().as_bytes().ct_eq(key.as_bytes()))
+}
+
 /// `Authorization: Bearer KEY` when the server has a key.
-fn auth(key: Option<String>) -> impl Filter<Extract = (), Error = warp::Rejection> + Clone {
+fn auth(key: Option<String>) -> Auth {
     warp::header::optional::<String>("authorization")
         .and_then(move |header: Option<String>| {
             let key = key.clone();
             async move {
                 match key {
                     None => Ok(()),
-                    Some(k) if header.as_deref() == Some(&format!("Bearer {k}")) => Ok(()),
+                    Some(k) if key_matches(header.as_deref(), &k) => Ok(()),
                     Some(_) => Err(warp::reject::custom(ApiError::new(
                         StatusCode::UNAUTHORIZED,
                         "missing or wrong API key (send `Authorization: Bearer KEY`)",
@@ -59,6 +75,7 @@ fn auth(key: Option<String>) -> impl Filter<Extract = (), Error = warp::Rejectio
             }
         })
         .untuple_one()
+        .boxed()
 }
 
 /// A tokenizer endpoint's answer, computed on the blocking pool: its JSON or its error.
@@ -70,6 +87,30 @@ async fn tokenizer_reply(
         Ok(Err(e)) => ApiError::from(e).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Whether a path is one the server answers (OPTIONS on any other is a 404, as GET is).
+fn known_path(path: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "/",
+        "/health",
+        "/version",
+        "/metrics",
+        "/tokenize",
+        "/detokenize",
+        "/tokenizer_info",
+        "/v1/models",
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/server_info",
+        "/get_server_info",
+        "/model_info",
+        "/get_model_info",
+        "/get_load",
+        "/browser",
+    ];
+    const UNDER: &[&str] = &["/v1/models/", "/static/", "/browser/"];
+    EXACT.contains(&path) || UNDER.iter().any(|p| path.starts_with(p))
 }
 
 pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(Response,)> {
@@ -110,38 +151,50 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
                 Err(e) => ApiError::from(e).into_response(),
             }
         });
+    // Behind the key: it holds the chat template.
     let tokenizer_info = warp::path!("tokenizer_info")
         .and(get())
+        .and(auth.clone())
         .and(with_state(state.clone()))
         .map(|s: Arc<ServerState>| warp::reply::json(&s.served().tokenizer_info()).into_response());
     let completions = warp::path!("v1" / "completions")
         .and(warp::post())
         .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(body::json::<CompletionRequest>())
+        .and(body::json::<CompletionRequest>(state.budget.clone()))
         .then(completions::handle);
     let chat = warp::path!("v1" / "chat" / "completions")
         .and(warp::post())
         .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(body::json::<ChatRequest>())
+        .and(body::json::<ChatRequest>(state.budget.clone()))
         .then(chat::handle);
     // Behind the key too when one is set: tokenizing is work anyone could make the server do.
     let tokenize = warp::path!("tokenize")
         .and(warp::post())
         .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(body::json::<TokenizeRequest>())
-        .then(|s: Arc<ServerState>, r: TokenizeRequest| {
-            tokenizer_reply(move || s.served().tokenize(&r))
+        .and(body::json::<TokenizeRequest>(state.budget.clone()))
+        .then(|s: Arc<ServerState>, r: Parsed<TokenizeRequest>| {
+            let Parsed { value: r, slot } = r;
+            tokenizer_reply(move || {
+                let reply = s.served().tokenize(&r);
+                drop(slot);
+                reply
+            })
         });
     let detokenize = warp::path!("detokenize")
         .and(warp::post())
         .and(auth.clone())
         .and(with_state(state.clone()))
-        .and(body::json::<DetokenizeRequest>())
-        .then(|s: Arc<ServerState>, r: DetokenizeRequest| {
-            tokenizer_reply(move || s.served().detokenize(&r))
+        .and(body::json::<DetokenizeRequest>(state.budget.clone()))
+        .then(|s: Arc<ServerState>, r: Parsed<DetokenizeRequest>| {
+            let Parsed { value: r, slot } = r;
+            tokenizer_reply(move || {
+                let reply = s.served().detokenize(&r);
+                drop(slot);
+                reply
+            })
         });
     // Not behind the API key, as in vLLM: scrapers rarely carry one.
     let metrics = warp::path!("metrics")
@@ -183,13 +236,16 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
     // then refuses the cross-origin call).
     // Matched by hand: `warp::options()` would turn every unknown GET path into a 405.
     let options = warp::method()
-        .and_then(|m: warp::http::Method| async move {
-            if m == warp::http::Method::OPTIONS {
-                Ok(())
-            } else {
-                Err(warp::reject::not_found())
-            }
-        })
+        .and(warp::path::full())
+        .and_then(
+            |m: warp::http::Method, path: warp::path::FullPath| async move {
+                if m == warp::http::Method::OPTIONS && known_path(path.as_str()) {
+                    Ok(())
+                } else {
+                    Err(warp::reject::not_found())
+                }
+            },
+        )
         .untuple_one()
         .map(|| {
             let mut r =
@@ -200,11 +256,11 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
             );
             r
         });
-    let browser = crate::browser_page::routes(state.clone());
+    let browser = crate::browser_page::routes(state.clone(), auth.clone());
     let app = health
         .or(version)
         .unify()
-        .or(crate::router_probes::routes(state.clone()))
+        .or(crate::router_probes::routes(state.clone(), auth.clone()))
         .unify()
         .or(metrics)
         .unify()

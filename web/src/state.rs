@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use infer_api::format::Reply;
-use infer_api::prepare::Served;
+use infer_api::prepare::{ChatLimits, Served};
 use infer_api::tools::ToolCallParser;
 use infer_core::Tokenizer;
 
+use crate::budget::Budget;
 use crate::cors::CorsConfig;
 use crate::engine_loop::EngineHandle;
 use crate::metrics::Metrics;
@@ -29,6 +30,10 @@ pub struct ServerState {
     pub tool_parser: Option<ToolCallParser>,
     /// CORS (`None`: off).
     pub cors: Option<CorsConfig>,
+    /// Bounds on a chat request, checked before it is rendered.
+    pub limits: ChatLimits,
+    /// Bodies held and requests prepared at once.
+    pub budget: Arc<Budget>,
 }
 
 pub fn unix_now() -> u64 {
@@ -58,7 +63,20 @@ impl ServerState {
             model_file: None,
             tool_parser: None,
             cors: None,
+            limits: ChatLimits::default(),
+            budget: Budget::new(
+                crate::budget::DEFAULT_BODY_MIB,
+                crate::budget::default_preparing(),
+                crate::budget::DEFAULT_PREPARE_WAIT,
+            ),
         }
+    }
+
+    /// Request bounds: chat limits, and the budget of bodies and preparations in flight.
+    pub fn with_limits(mut self, limits: ChatLimits, budget: Arc<Budget>) -> Self {
+        self.limits = limits;
+        self.budget = budget;
+        self
     }
 
     /// Answers cross-origin requests as configured.
@@ -92,6 +110,7 @@ impl ServerState {
             model_name: &self.model_name,
             max_model_len: self.max_model_len,
             tool_parser: self.tool_parser,
+            limits: self.limits,
         }
     }
 

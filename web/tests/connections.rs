@@ -97,6 +97,20 @@ fn slow_clients_and_shutdown() {
             .unwrap();
         r.into_string().unwrap_or_default()
     });
+    // And a non-streaming one: cut off by the shutdown, it gets a 503 (retryable elsewhere).
+    let waiting = std::thread::spawn(move || {
+        let r = ureq::post(&format!("http://{addr}/v1/completions"))
+            .set("Authorization", &format!("Bearer {KEY}"))
+            .send_json(
+                json!({"prompt": "Once upon a time", "max_tokens": 900, "ignore_eos": true}),
+            );
+        match r {
+            Err(ureq::Error::Status(code, r)) => {
+                (code, r.into_json::<serde_json::Value>().unwrap())
+            }
+            other => panic!("{other:?}"),
+        }
+    });
     let _stalled = stalled(addr);
     std::thread::sleep(Duration::from_millis(1500));
     let t = Instant::now();
@@ -108,6 +122,9 @@ fn slow_clients_and_shutdown() {
     let took = t.elapsed();
     eprintln!("shutdown with a live stream and a stalled connection: {took:?}");
     assert!(took < Duration::from_secs(4), "{took:?}");
+    let (status, e) = waiting.join().unwrap();
+    assert_eq!(status, 503, "{e}");
+    assert_eq!(e["error"]["code"], "server_shutting_down", "{e}");
     let body = streaming.join().unwrap();
     let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
     assert_eq!(events.last(), Some(&"data: [DONE]"), "{body}");

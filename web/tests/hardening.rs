@@ -179,6 +179,9 @@ fn errors_name_the_field_sent_and_openai_ranges_hold() {
         (json!({"top_logprobs": 2}), "top_logprobs"),
         (json!({"logit_bias": {"5": 1000}}), "logit_bias"),
         (json!({"stop_token_ids": [99_999_999]}), "stop_token_ids"),
+        // Greedy samples are all alike: the field the client set is named.
+        (json!({"n": 2, "temperature": 0}), "n"),
+        (json!({"n": 1, "best_of": 2, "temperature": 0}), "best_of"),
     ] {
         let (status, e) = chat(extra.clone());
         assert_eq!(status, 400, "{extra} -> {e}");
@@ -186,6 +189,91 @@ fn errors_name_the_field_sent_and_openai_ranges_hold() {
     }
     let (status, _) = chat(json!({"logit_bias": {"5": -100}}));
     assert_eq!(status, 200);
+    // `code` is OpenAI's: a string naming the case, or null.
+    let (status, e) = chat(json!({"model": "gpt-9"}));
+    assert_eq!(
+        (status, &e["error"]["code"]),
+        (404, &json!("model_not_found")),
+        "{e}"
+    );
+    let (status, e) = chat(json!({"max_tokens": 5000}));
+    assert_eq!(
+        (status, &e["error"]["code"]),
+        (400, &json!("context_length_exceeded")),
+        "{e}"
+    );
+    let (status, e) = chat(json!({"temperature": -1}));
+    assert_eq!((status, &e["error"]["code"]), (400, &Value::Null), "{e}");
+}
+
+/// Issue 34: every route that serves model bytes or details is behind the key; the scheme is
+/// matched in any case; OPTIONS and HEAD answer as GET does.
+#[test]
+fn model_bytes_and_details_are_behind_the_key() {
+    let _one = serial();
+    for path in [
+        "/browser/model.gguf",
+        "/server_info",
+        "/get_server_info",
+        "/model_info",
+        "/tokenizer_info",
+        "/v1/models",
+    ] {
+        match ureq::get(&url(path)).call() {
+            Err(ureq::Error::Status(401, r)) => {
+                let e: Value = r.into_json().unwrap();
+                assert_eq!(e["error"]["type"], "authentication_error", "{path}: {e}");
+                assert_eq!(e["error"]["code"], "invalid_api_key", "{path}: {e}");
+            }
+            other => panic!("{path} without the key: {other:?}"),
+        }
+        let wrong = ureq::get(&url(path))
+            .set("Authorization", "Bearer wrong")
+            .call();
+        assert!(
+            matches!(wrong, Err(ureq::Error::Status(401, _))),
+            "{path}: {wrong:?}"
+        );
+    }
+    // The scheme in any case, and surrounding blanks, as RFC 9110 allows.
+    for header in [
+        format!("bearer {KEY}"),
+        format!("BEARER {KEY}"),
+        format!(" Bearer  {KEY} "),
+    ] {
+        let r = ureq::get(&url("/server_info"))
+            .set("Authorization", &header)
+            .call();
+        assert_eq!(r.map(|r| r.status()).ok(), Some(200), "{header:?}");
+    }
+    for header in [
+        KEY.to_string(),
+        format!("Basic {KEY}"),
+        format!("Bearer {KEY}x"),
+    ] {
+        let r = ureq::get(&url("/v1/models"))
+            .set("Authorization", &header)
+            .call();
+        assert!(
+            matches!(r, Err(ureq::Error::Status(401, _))),
+            "{header:?}: {r:?}"
+        );
+    }
+    // Open: health, load, metrics (no path or template in them), the page shells.
+    for path in ["/health", "/get_load", "/metrics", "/", "/browser/"] {
+        let r = ureq::get(&url(path)).call();
+        let status = match r {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(s, _)) => s,
+            Err(e) => panic!("{path}: {e}"),
+        };
+        assert_ne!(status, 401, "{path}");
+    }
+    let (status, _) = raw(b"HEAD /browser/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(!status.contains(" 405"), "{status}");
+    let (status, _) =
+        raw(b"OPTIONS /no/such/path HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(status.starts_with("HTTP/1.1 404"), "{status}");
 }
 
 #[test]
@@ -223,8 +311,20 @@ fn a_many_prompt_request_is_admitted_whole_or_refused_before_compute() {
     let r = ureq::post(&url("/v1/completions"))
         .set("Authorization", &format!("Bearer {KEY}"))
         .send_json(json!({"prompt": prompts, "max_tokens": 1}));
+    // It can never be admitted: a 400 naming the limit, not a 503 clients would retry forever.
     match r {
-        Err(ureq::Error::Status(503, r)) => assert_eq!(r.header("retry-after"), Some("1")),
+        Err(ureq::Error::Status(400, r)) => {
+            assert_eq!(r.header("retry-after"), None);
+            let e: Value = r.into_json().unwrap();
+            assert_eq!(e["error"]["param"], "prompt", "{e}");
+            assert!(
+                e["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("--max-waiting"),
+                "{e}"
+            );
+        }
         other => panic!("{other:?}"),
     }
     common::wait_idle_and_empty();

@@ -14,6 +14,7 @@ use crate::error::{InferError, Result};
 use crate::sampling::{GrammarCompiler, OutputText, SamplingParams};
 use crate::scheduler::SeqState;
 use crate::tokenizer::IncrementalDetokenizer;
+use llguidance::Matcher;
 
 impl<E: Executor> Engine<E> {
     /// Queues a request. Fails, with nothing queued, on a known id, an empty prompt, a prompt
@@ -25,6 +26,19 @@ impl<E: Executor> Engine<E> {
         prompt: impl Into<Prompt>,
         params: SamplingParams,
     ) -> Result<()> {
+        self.add_request_compiled(id, prompt, params, None)
+    }
+
+    /// `add_request` with the request's structured-output matcher already compiled
+    /// (`grammar_compiler().compile(..)`, e.g. on another thread, so a big grammar does not
+    /// stall the steps of running requests); `None` compiles it here when one is asked for.
+    pub fn add_request_compiled(
+        &mut self,
+        id: impl Into<String>,
+        prompt: impl Into<Prompt>,
+        params: SamplingParams,
+        compiled: Option<Matcher>,
+    ) -> Result<()> {
         let id = id.into();
         if self.ids.contains_key(&id) {
             return Err(InferError::invalid(
@@ -34,9 +48,10 @@ impl<E: Executor> Engine<E> {
         }
         params.validate()?;
         self.check_request_limits(&params)?;
-        let grammar = match &params.structured_outputs {
-            Some(spec) => Some(self.grammar_compiler()?.compile(spec)?),
-            None => None,
+        let grammar = match (&params.structured_outputs, compiled) {
+            (Some(_), Some(matcher)) => Some(matcher),
+            (Some(spec), None) => Some(self.grammar_compiler()?.compile(spec)?),
+            (None, _) => None,
         };
         let tokens = match prompt.into() {
             Prompt::Tokens(t) => t,
@@ -156,8 +171,9 @@ impl<E: Executor> Engine<E> {
         Ok(())
     }
 
-    /// The structured-output compiler over the engine's tokenizer, built on first use.
-    fn grammar_compiler(&mut self) -> Result<Arc<GrammarCompiler>> {
+    /// The structured-output compiler over the engine's tokenizer, built on first use. It is
+    /// shared (`Send + Sync`): constraints may be compiled on any thread.
+    pub fn grammar_compiler(&mut self) -> Result<Arc<GrammarCompiler>> {
         if let Some(g) = &self.grammars {
             return Ok(g.clone());
         }

@@ -6,6 +6,7 @@ mod builder;
 mod executor;
 #[cfg(test)]
 mod group_tests;
+mod pacing;
 mod process;
 mod request;
 mod sequences;
@@ -111,6 +112,8 @@ pub struct Engine<E: Executor> {
     speculator: Option<Speculator>,
     /// This step's proposal distributions of sampled proposals (see `spec_decode::Proposal`).
     spec_probs: HashMap<SeqId, Vec<f32>>,
+    /// Sizes each step's token budget to a target time (`None`: the fixed maximum).
+    pacer: Option<pacing::StepPacer>,
 }
 
 /// A step between its submission and its read-back.
@@ -159,6 +162,7 @@ impl<E: Executor> Engine<E> {
             grammars: None,
             speculator: None,
             spec_probs: HashMap::new(),
+            pacer: None,
         })
     }
 
@@ -247,6 +251,11 @@ impl<E: Executor> Engine<E> {
     fn submit_step(&mut self) -> Result<(StepInFlight, PendingLogits)> {
         let started = Instant::now();
         self.propose()?;
+        if let Some(p) = &self.pacer {
+            let cap = self.config.scheduler.max_num_batched_tokens;
+            let tokens = p.budget(self.scheduler.num_decoding(), cap);
+            self.scheduler.set_step_tokens(Some(tokens));
+        }
         let plan = self.scheduler.schedule()?;
         if plan.chunks.is_empty()
             && plan.preempted.is_empty()
@@ -342,7 +351,22 @@ impl<E: Executor> Engine<E> {
         self.stats.sum_blocks_logical += self.stats.kv_blocks_logical as u64;
         self.stats.sum_blocks_physical += self.stats.kv_blocks_physical as u64;
         self.stats.last_step_time = step.started.elapsed();
+        if let Some(p) = &mut self.pacer {
+            let tokens = step.chunks.iter().map(|c| c.num_new + c.num_spec).sum();
+            p.record(tokens, self.stats.last_step_time);
+        }
         Ok(outputs)
+    }
+
+    /// Paces steps to `target` (`None`: every step may take `max_num_batched_tokens`): the
+    /// token budget follows the measured cost of a token, so no step (no gap between a running
+    /// stream's tokens) runs much past the target while long prompts are admitted. For
+    /// servers; offline batches want the largest steps.
+    pub fn set_step_target(&mut self, target: Option<std::time::Duration>) {
+        self.pacer = target.map(pacing::StepPacer::new);
+        if target.is_none() {
+            self.scheduler.set_step_tokens(None);
+        }
     }
 
     /// Runs every prompt to completion and returns the results in input order. `on_finish`

@@ -15,6 +15,39 @@ use crate::model::registry;
 use crate::rope::{longrope_attention_factor, yarn_mscale, Rope, RopeScaling};
 use crate::weights::{HostTensor, PackedTensor, TensorStore};
 
+/// Tensors the config itself may need before any weight: Llama 3.1's RoPE frequencies and
+/// Phi-3's LongRoPE factors.
+pub const CONFIG_TENSORS: [&str; 3] = [
+    "rope_freqs.weight",
+    "rope_factors_long.weight",
+    "rope_factors_short.weight",
+];
+
+/// Everything read from a GGUF file's header before its tensors: the metadata and tensor
+/// table, the model configuration and the tokenizer, from bytes that may be anything. The fuzz
+/// target (`core/fuzz`) and its replayed corpus drive this: it must return, never panic, loop
+/// or allocate by a size the bytes merely claim.
+pub fn read_untrusted(bytes: &[u8]) -> Result<(ModelConfig, crate::Tokenizer)> {
+    let mut file =
+        GgufFile::from_header("untrusted.gguf", bytes, bytes.len() as u64)?.ok_or_else(|| {
+            InferError::Gguf {
+                path: "untrusted.gguf".into(),
+                reason: "the header runs past the end of the file".into(),
+            }
+        })?;
+    for name in CONFIG_TENSORS {
+        if let Some(info) = file.tensors.get(name) {
+            // In range: the header's checks held every tensor to the file's length.
+            let (a, b) = GgufFile::tensor_range(info);
+            let kept = bytes[a as usize..b as usize].to_vec();
+            file.keep_tensor(name, kept)?;
+        }
+    }
+    let config = file.model_config()?;
+    let tokenizer = crate::Tokenizer::from_gguf(&file)?;
+    Ok((config, tokenizer))
+}
+
 impl GgufFile {
     pub(crate) fn arch_key(&self, key: &str) -> String {
         let arch = self
@@ -27,10 +60,12 @@ impl GgufFile {
     pub(crate) fn meta_usize(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|n| Some(n as usize))
-                .ok_or_else(|| self.bad(format!("metadata `{key}` is {v:?}, expected an integer"))),
+            Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
+                self.bad(format!(
+                    "metadata `{key}` is {}, expected an integer",
+                    v.describe()
+                ))
+            }),
         }
     }
 
@@ -42,10 +77,12 @@ impl GgufFile {
     pub(crate) fn meta_f64(&self, key: &str) -> Result<Option<f64>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| self.bad(format!("metadata `{key}` is {v:?}, expected a number"))),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                self.bad(format!(
+                    "metadata `{key}` is {}, expected a number",
+                    v.describe()
+                ))
+            }),
         }
     }
 
@@ -113,12 +150,40 @@ impl GgufFile {
             family: spec.family,
             features: Features::default(),
         };
+        // Sizes first, before the family's features build anything per layer.
+        config.check_limits().map_err(|e| match e {
+            InferError::Config(m) => self.bad(m),
+            other => other,
+        })?;
+        self.check_layers_present(config.num_layers)?;
         (spec.gguf_features)(self, &mut config)?;
         config.validate().map_err(|e| match e {
             InferError::Config(m) => self.bad(m),
             other => other,
         })?;
         Ok(config)
+    }
+
+    /// `block_count` against the tensors: every layer up to it must have tensors (`blk.{i}.`), so
+    /// a corrupt count is refused before anything is sized by it.
+    fn check_layers_present(&self, num_layers: usize) -> Result<()> {
+        let mut present = std::collections::BTreeSet::new();
+        for name in self.tensors.keys() {
+            let index = name
+                .strip_prefix("blk.")
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|i| i.parse::<usize>().ok());
+            if let Some(i) = index {
+                present.insert(i);
+            }
+        }
+        match (0..num_layers).find(|i| !present.contains(i)) {
+            None => Ok(()),
+            Some(missing) => Err(self.bad(format!(
+                "block_count is {num_layers} but the file has no tensors for layer {missing} ({} layers found)",
+                present.len()
+            ))),
+        }
     }
 
     /// `{arch}.{key}` as an integer, if present.
@@ -152,7 +217,8 @@ impl GgufFile {
         match flags {
             Some(f) if f.len() == num_layers => Ok(Some(f)),
             _ => Err(self.bad(format!(
-                "metadata `{key}` is {v:?}, expected {num_layers} flags"
+                "metadata `{key}` is {}, expected {num_layers} flags",
+                v.describe()
             ))),
         }
     }

@@ -11,6 +11,15 @@ use crate::error::{InferError, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
+/// Items one metadata array may hold: the largest vocabularies (256k tokens) and merge lists
+/// (~1M) fit with room to spare. Each parsed item takes ~32 bytes in memory whatever its size in
+/// the file, so a one-byte-per-item array spanning a big file would cost 32x the file.
+const MAX_ARRAY_ITEMS: u64 = 1 << 22;
+/// Array items over all the metadata together (a vocabulary, its scores, types and merges).
+const MAX_METADATA_ITEMS: u64 = 1 << 24;
+/// Metadata keys, and tensors, a header may declare.
+const MAX_KEYS: u64 = 1 << 16;
+const MAX_TENSORS: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum GgufValue {
@@ -63,6 +72,16 @@ impl GgufValue {
         match *self {
             GgufValue::Bool(b) => Some(b),
             _ => None,
+        }
+    }
+
+    /// The value for an error message: scalars as they are, strings and arrays by size only
+    /// (a hostile file's value may be megabytes long).
+    pub fn describe(&self) -> String {
+        match self {
+            GgufValue::String(s) => format!("a string of {} bytes", s.len()),
+            GgufValue::Array(a) => format!("an array of {} items", a.len()),
+            scalar => format!("{scalar:?}"),
         }
     }
 
@@ -186,6 +205,7 @@ impl GgufFile {
             pos: 0,
             file_len,
             short: false,
+            items: 0,
         };
         match Self::parse_header(&mut cur, path) {
             Ok(g) => Ok(Some(g)),
@@ -214,6 +234,11 @@ impl GgufFile {
         }
         let n_tensors = cur.u64().map_err(err)?;
         let n_kv = cur.u64().map_err(err)?;
+        if n_tensors > MAX_TENSORS || n_kv > MAX_KEYS {
+            return Err(err(format!(
+                "the header declares {n_tensors} tensors and {n_kv} metadata keys (at most {MAX_TENSORS} and {MAX_KEYS}): corrupt"
+            )));
+        }
         let mut metadata = BTreeMap::new();
         for i in 0..n_kv {
             let key = cur
@@ -237,7 +262,12 @@ impl GgufFile {
             Some(v) => v
                 .as_u64()
                 .filter(|a| *a > 0 && a.is_power_of_two())
-                .ok_or_else(|| err(format!("general.alignment {v:?} is not a power of two")))?,
+                .ok_or_else(|| {
+                    err(format!(
+                        "general.alignment {} is not a power of two",
+                        v.describe()
+                    ))
+                })?,
             None => DEFAULT_ALIGNMENT,
         };
         let data_start = (cur.pos as u64).div_ceil(alignment) * alignment;
@@ -349,9 +379,24 @@ struct Cursor<'a> {
     pos: usize,
     file_len: u64,
     short: bool,
+    /// Metadata array items read so far (bounded by `MAX_METADATA_ITEMS`).
+    items: u64,
 }
 
 type CurResult<T> = std::result::Result<T, String>;
+
+/// The fewest bytes an item of metadata type `ty` takes in the file (a string or an array: its
+/// 8-byte length), so an array's length is checked against the rest of the file at that rate.
+fn encoded_size(ty: u32) -> usize {
+    match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 | 10..=12 => 8,
+        9 => 12,
+        _ => 1,
+    }
+}
 
 impl<'a> Cursor<'a> {
     fn bytes(&mut self, n: usize) -> CurResult<&'a [u8]> {
@@ -425,7 +470,14 @@ impl<'a> Cursor<'a> {
                     return Err("arrays nested too deeply".into());
                 }
                 let elem = self.u32()?;
-                let n = self.len(1)?;
+                let n = self.len(encoded_size(elem))?;
+                self.items += n as u64;
+                if n as u64 > MAX_ARRAY_ITEMS || self.items > MAX_METADATA_ITEMS {
+                    return Err(format!(
+                        "an array of {n} items ({} in the metadata so far; at most {MAX_ARRAY_ITEMS} per array, {MAX_METADATA_ITEMS} in all): corrupt or hostile",
+                        self.items
+                    ));
+                }
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(elem, depth + 1)?);

@@ -237,8 +237,14 @@ impl SamplingParams {
                 return Err(InferError::invalid("length_penalty", "must be finite"));
             }
         } else if self.is_greedy() && self.best_of() > 1 {
+            // Name the field the client set: `best_of` only when it asked for more than `n`.
+            let name = if self.best_of.is_some_and(|b| b > self.n) {
+                "best_of"
+            } else {
+                "n"
+            };
             return Err(InferError::invalid(
-                "best_of",
+                name,
                 "greedy sampling gives the same sequence every time: use temperature > 0 or beam search for n / best_of > 1",
             ));
         }

@@ -170,6 +170,9 @@ pub struct Scheduler {
     swapped: VecDeque<SeqId>,
     /// Live sequences per arrival (a group's members), wherever they are queued.
     group_sizes: HashMap<u64, usize>,
+    /// The next steps' token budget when the engine paces steps by time (at most
+    /// `max_num_batched_tokens`); `None`: that maximum.
+    step_tokens: Option<usize>,
 }
 
 impl Scheduler {
@@ -183,11 +186,30 @@ impl Scheduler {
             running: VecDeque::new(),
             swapped: VecDeque::new(),
             group_sizes: HashMap::new(),
+            step_tokens: None,
         })
     }
 
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
+    }
+
+    /// Sets the token budget of the next steps (capped by `max_num_batched_tokens`; `None`:
+    /// that cap). The engine lowers it so a step stays within its target time.
+    pub fn set_step_tokens(&mut self, tokens: Option<usize>) {
+        self.step_tokens = tokens;
+    }
+
+    /// Running sequences with one known token left to compute: each needs a token per step.
+    pub fn num_decoding(&self) -> usize {
+        self.running
+            .iter()
+            .filter(|id| Self::decoding(&self.seqs[id].0))
+            .count()
+    }
+
+    fn decoding(s: &SeqState) -> bool {
+        s.tokens.len() - s.num_computed <= 1
     }
 
     pub fn block_manager(&self) -> &BlockManager {

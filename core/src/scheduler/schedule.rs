@@ -20,7 +20,8 @@ impl Scheduler {
     /// Plans the next step and advances each scheduled sequence's `num_computed`.
     pub fn schedule(&mut self) -> Result<SchedulerOutput> {
         let mut out = SchedulerOutput::default();
-        let mut budget = self.config.max_num_batched_tokens;
+        let cap = self.config.max_num_batched_tokens;
+        let mut budget = self.step_tokens.map_or(cap, |n| n.clamp(1, cap));
         // Blocks every running sequence's window has left go back before anything grows.
         if self.blocks.releases_out_of_window() {
             for id in &self.running {
@@ -42,13 +43,30 @@ impl Scheduler {
         Ok(out)
     }
 
-    /// Running groups, earliest first; the latest arrivals give way when blocks run out.
+    /// Running groups, earliest first; the latest arrivals give way when blocks run out. A
+    /// prompt's chunk leaves a token for each decoding sequence after it, so a long prompt
+    /// never holds back the streams already running (they decode between its chunks).
     fn schedule_running(&mut self, budget: &mut usize, out: &mut SchedulerOutput) -> Result<()> {
         let mut i = 0;
+        let mut reserved = self.num_decoding();
         while i < self.running.len() && *budget > 0 {
             let members = self.group(&self.running, i);
             let arrival = self.seqs[&members[0]].0.arrival;
-            let mut shares = self.share_budget(&members, *budget);
+            let own = members
+                .iter()
+                .filter(|id| Self::decoding(&self.seqs[*id].0))
+                .count();
+            reserved = reserved.saturating_sub(own);
+            let available = if own == members.len() {
+                *budget
+            } else {
+                budget.saturating_sub(reserved)
+            };
+            if available == 0 {
+                i += members.len();
+                continue;
+            }
+            let mut shares = self.share_budget(&members, available);
             let fits = loop {
                 let plan: Vec<_> = shares
                     .iter()

@@ -40,11 +40,63 @@ pub fn template_takes_tools(template: &str) -> bool {
     template.contains("tools")
 }
 
-/// A template that does not parse, as a `ChatTemplate` error.
+/// The largest chat template accepted: real ones are a few KiB (the longest shipped, ~20 KiB).
+pub const MAX_TEMPLATE_BYTES: usize = 256 << 10;
+
+/// Template instructions one render may run (minijinja's fuel): real templates take a few
+/// hundred per message; this bounds a looping or hostile template to well under a second.
+const RENDER_FUEL: u64 = 20_000_000;
+
+/// Rendered text one render may produce, whatever the template does with its input.
+pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+
+/// A template that is too large, does not parse, or does not render a short conversation
+/// within the fuel budget (a template that loops forever), as a `ChatTemplate` error. A
+/// template that raises for the sample conversation is accepted: it may want other roles.
 pub(super) fn check(template: &str) -> Result<()> {
+    if template.len() > MAX_TEMPLATE_BYTES {
+        return Err(InferError::ChatTemplate(format!(
+            "the chat template is {} bytes, more than the {MAX_TEMPLATE_BYTES} any real one needs",
+            template.len()
+        )));
+    }
     let mut env = Environment::new();
     env.add_template("chat", template)
-        .map_err(|e| InferError::ChatTemplate(format!("{e:#}")))
+        .map_err(|e| InferError::ChatTemplate(format!("{e:#}")))?;
+    let sample = [
+        ChatMessage::new("system", "You are helpful."),
+        ChatMessage::user("Hello"),
+        ChatMessage::new("assistant", "Hi!"),
+        ChatMessage::user("Bye"),
+    ];
+    match render(template, &sample, None, None, true, "<s>", "</s>") {
+        Err(InferError::ChatTemplate(m)) if m.contains(BUDGET_MARK) => {
+            Err(InferError::ChatTemplate(format!(
+                "the chat template does not render a four-message conversation within its budget: {m}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Marks the errors of a render that ran out of its budget (fuel or output size).
+const BUDGET_MARK: &str = "render budget";
+
+/// Where a render writes: refuses to grow past `MAX_RENDERED_BYTES`.
+struct BoundedText<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for BoundedText<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + b.len() > MAX_RENDERED_BYTES {
+            return Err(std::io::Error::other(BUDGET_MARK));
+        }
+        self.0.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Names the template context sets itself; `chat_template_kwargs` may not set them.
@@ -74,6 +126,7 @@ pub fn render(
         )));
     }
     let mut env = Environment::new();
+    env.set_fuel(Some(RENDER_FUEL));
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function(
         "raise_exception",
@@ -91,15 +144,30 @@ pub fn render(
     // Extra variables first: the template's own (above, refused in kwargs) complete them.
     let extra =
         minijinja::Value::from(minijinja::value::Serde(kwargs.cloned().unwrap_or_default()));
-    tmpl.render(context! {
+    let ctx = context! {
         messages => minijinja::Value::from(minijinja::value::Serde(messages)),
         tools => tools.map(|t| minijinja::Value::from(minijinja::value::Serde(t))),
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
         ..extra
-    })
-    .map_err(err)
+    };
+    let mut out = Vec::new();
+    let rendered = tmpl
+        .render_captured_to(ctx, BoundedText(&mut out))
+        .map(drop);
+    match rendered {
+        // minijinja writes whole `str`s: the bytes are UTF-8.
+        Ok(()) => String::from_utf8(out)
+            .map_err(|_| InferError::ChatTemplate("the template rendered invalid UTF-8".into())),
+        Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(InferError::ChatTemplate(format!(
+            "the chat template ran out of its {BUDGET_MARK} ({RENDER_FUEL} instructions)"
+        ))),
+        Err(e) if e.kind() == ErrorKind::WriteFailure => Err(InferError::ChatTemplate(format!(
+            "the chat template's output passed its {BUDGET_MARK} ({MAX_RENDERED_BYTES} bytes)"
+        ))),
+        Err(e) => Err(err(e)),
+    }
 }
 
 /// (year, month 1-12, day, hour, minute, second) in UTC.

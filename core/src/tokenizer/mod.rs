@@ -30,6 +30,20 @@ fn tk_err(e: impl std::fmt::Display) -> InferError {
     InferError::Tokenizer(e.to_string())
 }
 
+/// The model's own chat template, unless it is too large, does not parse or does not render
+/// within budget: then the model loads without one (chat requests get a clear error saying so,
+/// completions work) and the log says why.
+fn shipped_template(template: Option<String>) -> Option<String> {
+    let template = template?;
+    match chat::check(&template) {
+        Ok(()) => Some(template),
+        Err(e) => {
+            tracing::warn!("the model's chat template is refused: {e}");
+            None
+        }
+    }
+}
+
 impl Tokenizer {
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let parts = gguf::build(g)?;
@@ -39,10 +53,11 @@ impl Tokenizer {
             bos_token: name(parts.bos),
             eos_token: name(parts.eos_ids.first().copied()),
             eos_token_ids: parts.eos_ids,
-            chat_template: g
-                .get("tokenizer.chat_template")
-                .and_then(GgufValue::as_str)
-                .map(str::to_string),
+            chat_template: shipped_template(
+                g.get("tokenizer.chat_template")
+                    .and_then(GgufValue::as_str)
+                    .map(str::to_string),
+            ),
             inner: parts.tokenizer,
             max_token_bytes: Default::default(),
         })
@@ -98,7 +113,7 @@ impl Tokenizer {
             bos_token,
             eos_token,
             eos_token_ids,
-            chat_template,
+            chat_template: shipped_template(chat_template),
             max_token_bytes: Default::default(),
         })
     }

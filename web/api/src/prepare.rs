@@ -15,6 +15,9 @@ pub struct RequestError {
     pub status: u16,
     pub message: String,
     pub param: Option<String>,
+    /// OpenAI's machine-readable `error.code` (`model_not_found`, `context_length_exceeded`,
+    /// ...), where one names the case; `null` otherwise, as OpenAI sends.
+    pub code: Option<&'static str>,
 }
 
 impl RequestError {
@@ -23,7 +26,13 @@ impl RequestError {
             status,
             message: message.into(),
             param: None,
+            code: None,
         }
+    }
+
+    pub fn code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -50,21 +59,27 @@ impl RequestError {
     /// OpenAI's `error.type` for the status.
     pub fn kind(&self) -> &'static str {
         match self.status {
-            400 | 413 => "invalid_request_error",
+            400 | 405 | 408 | 413 | 422 => "invalid_request_error",
             401 => "authentication_error",
+            403 => "permission_error",
             404 => "not_found_error",
             429 | 503 => "server_busy",
             _ => "internal_error",
         }
     }
 
-    /// OpenAI's error body: `{"error": {message, type, param, code}}`.
+    /// OpenAI's error body: `{"error": {message, type, param, code}}`; `code` is a string
+    /// naming the case, or null.
     pub fn body(&self) -> serde_json::Value {
+        let code = self.code.or(match self.status {
+            401 => Some("invalid_api_key"),
+            _ => None,
+        });
         serde_json::json!({"error": {
             "message": self.message,
             "type": self.kind(),
             "param": self.param,
-            "code": self.status.to_string(),
+            "code": code,
         }})
     }
 }
@@ -88,6 +103,10 @@ impl From<InferError> for RequestError {
             InferError::ChatTemplate(_) => Some("messages".into()),
             _ => None,
         };
+        let code = match &e {
+            InferError::PromptTooLong { .. } => Some("context_length_exceeded"),
+            _ => None,
+        };
         let status = match e {
             InferError::InvalidParameter { .. }
             | InferError::PromptTooLong { .. }
@@ -100,6 +119,7 @@ impl From<InferError> for RequestError {
             status,
             message: e.to_string(),
             param,
+            code,
         }
     }
 }
@@ -111,6 +131,45 @@ pub struct Served<'a> {
     pub max_model_len: usize,
     /// How replies are read for tool calls with `tool_choice: "auto"` (`None`: refused).
     pub tool_parser: Option<ToolCallParser>,
+    pub limits: ChatLimits,
+}
+
+/// Bounds on a chat request, checked on the parsed body before anything is rendered, so a
+/// request's memory is bounded before it is spent (each message and tool costs far more once
+/// the template holds it than in the body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatLimits {
+    /// `messages` per request (`--max-chat-messages`).
+    pub max_messages: usize,
+    /// `tools` per request (`--max-tools`; OpenAI allows 128).
+    pub max_tools: usize,
+}
+
+impl Default for ChatLimits {
+    fn default() -> Self {
+        ChatLimits {
+            max_messages: 2048,
+            max_tools: 256,
+        }
+    }
+}
+
+/// Bytes of `value` as JSON, counted without building the text.
+fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail; a value that cannot serialize counts as nothing.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// A completion request ready for the engine: one prompt per engine request.
@@ -145,7 +204,8 @@ impl Served<'_> {
                     self.model_name
                 ),
             )
-            .param("model")),
+            .param("model")
+            .code("model_not_found")),
             _ => Ok(()),
         }
     }
@@ -164,9 +224,57 @@ impl Served<'_> {
                 bytes / (per_token * 4),
                 self.max_model_len
             ))
-            .param(param));
+            .param(param)
+            .code("context_length_exceeded"));
         }
         Ok(())
+    }
+
+    /// The chat limits and the context bound on the parsed request, before anything is
+    /// rendered: message and tool counts, then their text (contents plus the tools' JSON)
+    /// against what the context could hold in any tokenization.
+    pub fn check_chat_size(
+        &self,
+        messages: &[crate::types::ChatMessageIn],
+        tools: Option<&[crate::types::Tool]>,
+    ) -> Result<(), RequestError> {
+        let limits = self.limits;
+        if messages.len() > limits.max_messages {
+            return Err(RequestError::bad_request(format!(
+                "{} messages; this server takes at most {} per request (--max-chat-messages)",
+                messages.len(),
+                limits.max_messages
+            ))
+            .param("messages"));
+        }
+        let tools = tools.unwrap_or_default();
+        if tools.len() > limits.max_tools {
+            return Err(RequestError::bad_request(format!(
+                "{} tools; this server takes at most {} per request (--max-tools)",
+                tools.len(),
+                limits.max_tools
+            ))
+            .param("tools"));
+        }
+        let tool_bytes = if tools.is_empty() {
+            0
+        } else {
+            json_len(&tools)
+        };
+        self.check_text_bytes(tool_bytes, "tools")?;
+        let bytes = messages.iter().map(json_len).sum::<usize>() + tool_bytes;
+        self.check_text_bytes(bytes, "messages")
+    }
+
+    /// Token ids of a rendered chat template, after checking its size: a template's own text
+    /// (per-message markup) can take a request past the context bound.
+    pub fn encode_rendered(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, RequestError> {
+        self.check_text_bytes(text.len(), "messages")?;
+        Ok(self.tokenizer.encode(text, add_special_tokens)?)
     }
 
     /// Token ids of each prompt.
@@ -198,14 +306,16 @@ impl Served<'_> {
             return Err(RequestError::bad_request(format!(
                 "the prompt has {prompt_len} tokens but the model's context is {max} tokens"
             ))
-            .param("prompt"));
+            .param("prompt")
+            .code("context_length_exceeded"));
         }
         if let Some(m) = max_tokens {
             if prompt_len + m > max {
                 return Err(RequestError::bad_request(format!(
                     "prompt ({prompt_len} tokens) + max_tokens ({m}) exceeds the model's context of {max} tokens"
                 ))
-                .param("max_tokens"));
+                .param("max_tokens")
+                .code("context_length_exceeded"));
             }
         }
         Ok(())
@@ -266,24 +376,22 @@ impl Served<'_> {
         if req.messages.is_empty() {
             return Err(RequestError::bad_request("`messages` is empty").param("messages"));
         }
+        self.check_chat_size(&req.messages, req.tools.as_deref())?;
         let tools = tools::setup(
             req.tools.as_deref(),
             req.tool_choice.as_ref(),
             req.parallel_tool_calls,
             self.tool_parser,
         )?;
-        let messages = chat_messages(&req.messages)?;
-        let bytes: usize = messages.iter().map(|m| m.content.len()).sum();
-        self.check_text_bytes(bytes, "messages")?;
         let text = self.render(
-            messages,
+            chat_messages(&req.messages)?,
             tools.shown.as_ref(),
             req.chat_template_kwargs.as_ref(),
             req.add_generation_prompt,
             req.continue_final_message,
         )?;
         // The rendered template already holds its special tokens.
-        let prompt = self.tokenizer.encode(&text, false)?;
+        let prompt = self.encode_rendered(&text, false)?;
         let max_tokens = req.max_completion_tokens.or(req.max_tokens);
         if let Some(k) = req.top_logprobs {
             // OpenAI's rules: 0..=20, and only with `logprobs: true`.

@@ -28,9 +28,8 @@ impl Served<'_> {
                     .encode(prompt, req.add_special_tokens.unwrap_or(true))?
             }
             (None, Some(messages)) => {
+                self.check_chat_size(messages, req.tools.as_deref())?;
                 let messages = chat_messages(messages)?;
-                let bytes: usize = messages.iter().map(|m| m.content.len()).sum();
-                self.check_text_bytes(bytes, "messages")?;
                 let tools = match &req.tools {
                     Some(t) if !t.is_empty() => {
                         tools::check_tools(t)?;
@@ -45,8 +44,7 @@ impl Served<'_> {
                     req.add_generation_prompt,
                     req.continue_final_message,
                 )?;
-                self.tokenizer
-                    .encode(&text, req.add_special_tokens.unwrap_or(false))?
+                self.encode_rendered(&text, req.add_special_tokens.unwrap_or(false))?
             }
             _ => {
                 return Err(RequestError::bad_request(

@@ -261,21 +261,6 @@ impl Usage {
     }
 }
 
-/// OpenAI's error body.
-#[derive(Debug, Clone, Serialize)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ErrorDetail {
-    pub message: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub param: Option<String>,
-    pub code: Option<String>,
-}
-
 /// vLLM's `POST /tokenize` body (also `engine.tokenize` in the browser): a `prompt`, or chat
 /// `messages` rendered with the model's template. Other fields are refused by name.
 #[derive(Debug, Clone, Deserialize)]

@@ -61,6 +61,7 @@ fn prompt_text(tok: &Tokenizer, parser: Option<ToolCallParser>, req: &ChatReques
         model_name: "smol",
         max_model_len: 2048,
         tool_parser: parser,
+        limits: Default::default(),
     };
     let prepared = served.chat(req).unwrap();
     tok.decode(&prepared.prompt, false).unwrap()
@@ -124,6 +125,7 @@ fn required_and_named_choices_constrain_the_output() {
         model_name: "smol",
         max_model_len: 2048,
         tool_parser: None,
+        limits: Default::default(),
     };
     let p = served
         .chat(&request(json!({"tool_choice": "required"})))

@@ -7,20 +7,12 @@
 use std::sync::Arc;
 
 use infer_core::config::ModelConfig;
-use infer_core::gguf::GgufFile;
+use infer_core::gguf::{GgufFile, CONFIG_TENSORS};
 use infer_core::model::upload_weight;
 use infer_core::weights::{ModelWeights, WeightName, WeightSource};
 use infer_core::{InferError, Model, Tokenizer};
 use infer_wgpu::{GpuContext, WeightStorage, WgpuBackend, WgpuTensor};
 use wasm_bindgen::prelude::*;
-
-/// Tensors the config itself may need before any weight: Llama 3.1's RoPE frequencies and
-/// Phi-3's LongRoPE factors.
-const CONFIG_TENSORS: [&str; 3] = [
-    "rope_freqs.weight",
-    "rope_factors_long.weight",
-    "rope_factors_short.weight",
-];
 
 pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())

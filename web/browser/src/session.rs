@@ -144,6 +144,7 @@ impl Session {
             model_name: &self.model_name,
             max_model_len: self.max_model_len,
             tool_parser: ToolCallParser::detect(self.tokenizer.chat_template()),
+            limits: Default::default(),
         }
     }
 

@@ -55,26 +55,45 @@ pub fn start(
     options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Started {
+    let config = EngineConfig {
+        block_size: 16,
+        num_device_blocks: 256,
+        num_host_blocks: 0,
+        max_model_len: 1024,
+        enable_prefix_caching: true,
+        scheduler: SchedulerConfig {
+            max_num_seqs,
+            max_num_batched_tokens: 512,
+            preemption_mode: PreemptionMode::Recompute,
+        },
+    };
+    start_engine(config, None, max_waiting, options, shutdown)
+}
+
+/// A server of its own on an engine of `config`, its steps paced to `step_target` if given.
+pub fn start_engine(
+    config: EngineConfig,
+    step_target: Option<std::time::Duration>,
+    max_waiting: usize,
+    options: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Started {
     let (model, tokenizer) = smollm2_shared();
     let tok = tokenizer.clone();
     let metrics = Arc::new(Metrics::new("smol", "infer").unwrap());
+    let max_model_len = config.max_model_len;
     let (engine, ()) = EngineHandle::start(
         move || {
-            let exec = ModelExecutor::new(CpuBackend::new(), model, 16, 256, 0)
-                .map_err(|e| e.to_string())?;
-            let config = EngineConfig {
-                block_size: 16,
-                num_device_blocks: 256,
-                num_host_blocks: 0,
-                max_model_len: 1024,
-                enable_prefix_caching: true,
-                scheduler: SchedulerConfig {
-                    max_num_seqs,
-                    max_num_batched_tokens: 512,
-                    preemption_mode: PreemptionMode::Recompute,
-                },
-            };
-            let engine = Engine::new(exec, Some(tok), config).map_err(|e| e.to_string())?;
+            let exec = ModelExecutor::new(
+                CpuBackend::new(),
+                model,
+                config.block_size,
+                config.num_device_blocks,
+                0,
+            )
+            .map_err(|e| e.to_string())?;
+            let mut engine = Engine::new(exec, Some(tok), config).map_err(|e| e.to_string())?;
+            engine.set_step_target(step_target);
             Ok((engine, ()))
         },
         max_waiting,
@@ -91,7 +110,7 @@ pub fn start(
             engine.clone(),
             tokenizer,
             "smol".into(),
-            1024,
+            max_model_len,
             "cpu".into(),
             metrics,
         )
