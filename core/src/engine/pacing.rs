@@ -68,9 +68,9 @@ mod tests {
         assert_eq!(p.budget(0, 2048), 125);
         // Never below a token per decoding sequence plus a chunk's minimum, never above the cap.
         assert_eq!(p.budget(500, 2048), 500 + MIN_CHUNK);
-        p.record(1000, Duration::from_micros(10));
-        p.record(1000, Duration::from_micros(10));
-        p.record(1000, Duration::from_micros(10));
+        for _ in 0..16 {
+            p.record(1000, Duration::from_micros(10));
+        }
         assert_eq!(p.budget(0, 2048), 2048);
         // Tiny steps are not measured.
         let before = p.budget(0, 1 << 30);

@@ -46,6 +46,39 @@ fn long_prompts_are_prefilled_in_chunks_beside_decodes() {
 }
 
 #[test]
+fn an_earlier_long_prompt_leaves_a_token_for_each_later_decode() {
+    let mut s = sched(64, 0, 4, 8, PreemptionMode::Recompute);
+    add(&mut s, 1, 2);
+    add(&mut s, 2, 2);
+    assert_eq!(plan(&mut s), [(1, 0, 2, true), (2, 0, 2, true)]);
+    // A long prompt that arrived before them (as a preempted, recomputed request does)
+    // joins the running queue ahead of them.
+    add(&mut s, 0, 40);
+    s.append_token(1, 5);
+    s.append_token(2, 5);
+    assert_eq!(
+        plan(&mut s),
+        [(1, 2, 1, true), (2, 2, 1, true), (0, 0, 6, false)]
+    );
+    // Its chunks leave a token for each decoding sequence after it, every step.
+    for computed in [6, 12, 18] {
+        s.append_token(1, 5);
+        s.append_token(2, 5);
+        assert_eq!(s.num_decoding(), 2);
+        let step = plan(&mut s);
+        assert_eq!(step[0], (0, computed, 6, false), "{step:?}");
+        assert_eq!(step.len(), 3, "{step:?}");
+    }
+    // Paced to 4 tokens a step: 2 for the chunk, 1 for each decode.
+    s.append_token(1, 5);
+    s.append_token(2, 5);
+    s.set_step_tokens(Some(4));
+    let step = plan(&mut s);
+    assert_eq!(step[0], (0, 24, 2, false), "{step:?}");
+    assert_eq!(step.len(), 3, "{step:?}");
+}
+
+#[test]
 fn the_latest_arrival_is_preempted_and_recomputed_first_come_first_served() {
     // 4 blocks of 4 tokens: two 8-token prompts fill the pool.
     let mut s = sched(4, 0, 4, 16, PreemptionMode::Recompute);
