@@ -60,6 +60,17 @@ pub fn routes(
         .and(warp::path::full())
         .and(warp::path::tail())
         .and(get())
+        // The weights are the route above's alone: its 401 must not become this one's 404.
+        .and_then(
+            |full: warp::path::FullPath, tail: warp::path::Tail| async move {
+                if tail.as_str() == "model.gguf" {
+                    Err(warp::reject::not_found())
+                } else {
+                    Ok((full, tail))
+                }
+            },
+        )
+        .untuple_one()
         .map(|full: warp::path::FullPath, tail: warp::path::Tail| {
             if tail.as_str().is_empty() && !full.as_str().ends_with('/') {
                 warp::redirect::see_other(warp::http::Uri::from_static("/browser/")).into_response()
