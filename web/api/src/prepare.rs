@@ -68,6 +68,14 @@ impl RequestError {
         }
     }
 
+    /// `body` plus the HTTP status as `error.status`, for hosts whose replies carry no status
+    /// line (the browser engine's JavaScript reads it there).
+    pub fn body_with_status(&self) -> serde_json::Value {
+        let mut body = self.body();
+        body["error"]["status"] = self.status.into();
+        body
+    }
+
     /// OpenAI's error body: `{"error": {message, type, param, code}}`; `code` is a string
     /// naming the case, or null.
     pub fn body(&self) -> serde_json::Value {

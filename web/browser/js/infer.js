@@ -14,7 +14,7 @@ export class APIError extends Error {
     const e = (body && body.error) || {};
     super(e.message || 'request failed');
     this.name = 'APIError';
-    this.status = Number(e.code) || 500;
+    this.status = Number(e.status) || 500;
     this.param = e.param ?? null;
     this.type = e.type || 'internal_error';
   }

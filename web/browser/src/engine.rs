@@ -163,7 +163,7 @@ impl WebEngine {
         i.engine()?;
         let (id, requests, first) = match i.session.prepare(endpoint, body) {
             Ok(p) => p,
-            Err(e) => return Ok(json!({"error": e.body()}).to_string()),
+            Err(e) => return Ok(json!({"error": e.body_with_status()}).to_string()),
         };
         let engine = i.engine()?;
         for (k, r) in requests.iter().enumerate() {
@@ -173,7 +173,7 @@ impl WebEngine {
                 }
                 i.session.abort(&id);
                 let e = RequestError::from(e).structured_param(r.structured_param);
-                return Ok(json!({"error": e.body()}).to_string());
+                return Ok(json!({"error": e.body_with_status()}).to_string());
             }
         }
         Ok(json!({"id": id, "events": first}).to_string())
@@ -185,7 +185,7 @@ impl WebEngine {
         let i = self.inner.try_borrow().map_err(|_| busy())?;
         Ok(match i.session.tokenizer_call(endpoint, body) {
             Ok(reply) => reply.to_string(),
-            Err(e) => json!({"error": e.body()}).to_string(),
+            Err(e) => json!({"error": e.body_with_status()}).to_string(),
         })
     }
 

@@ -296,7 +296,7 @@ impl Session {
             .drain()
             .map(|(id, _)| Event::Error {
                 id,
-                error: why.body(),
+                error: why.body_with_status(),
             })
             .collect()
     }
