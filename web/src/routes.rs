@@ -89,6 +89,31 @@ async fn tokenizer_reply(
     }
 }
 
+/// `POST /{name}` answered by `answer` on the blocking pool, within the body's preparation
+/// slot.
+fn tokenizer_route<R: serde::de::DeserializeOwned + Send + 'static>(
+    name: &'static str,
+    state: &Arc<ServerState>,
+    auth: &Auth,
+    answer: fn(&infer_api::prepare::Served<'_>, &R) -> Result<serde_json::Value, RequestError>,
+) -> BoxedFilter<(Response,)> {
+    warp::path(name)
+        .and(warp::path::end())
+        .and(warp::post())
+        .and(auth.clone())
+        .and(with_state(state.clone()))
+        .and(body::json::<R>(state.budget.clone()))
+        .then(move |s: Arc<ServerState>, r: Parsed<R>| {
+            let Parsed { value: r, slot } = r;
+            tokenizer_reply(move || {
+                let reply = answer(&s.served(), &r);
+                drop(slot);
+                reply
+            })
+        })
+        .boxed()
+}
+
 /// Whether a path is one the server answers (OPTIONS on any other is a 404, as GET is).
 fn known_path(path: &str) -> bool {
     const EXACT: &[&str] = &[
@@ -170,32 +195,12 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .and(body::json::<ChatRequest>(state.budget.clone()))
         .then(chat::handle);
     // Behind the key too when one is set: tokenizing is work anyone could make the server do.
-    let tokenize = warp::path!("tokenize")
-        .and(warp::post())
-        .and(auth.clone())
-        .and(with_state(state.clone()))
-        .and(body::json::<TokenizeRequest>(state.budget.clone()))
-        .then(|s: Arc<ServerState>, r: Parsed<TokenizeRequest>| {
-            let Parsed { value: r, slot } = r;
-            tokenizer_reply(move || {
-                let reply = s.served().tokenize(&r);
-                drop(slot);
-                reply
-            })
-        });
-    let detokenize = warp::path!("detokenize")
-        .and(warp::post())
-        .and(auth.clone())
-        .and(with_state(state.clone()))
-        .and(body::json::<DetokenizeRequest>(state.budget.clone()))
-        .then(|s: Arc<ServerState>, r: Parsed<DetokenizeRequest>| {
-            let Parsed { value: r, slot } = r;
-            tokenizer_reply(move || {
-                let reply = s.served().detokenize(&r);
-                drop(slot);
-                reply
-            })
-        });
+    let tokenize = tokenizer_route("tokenize", &state, &auth, |s, r: &TokenizeRequest| {
+        s.tokenize(r)
+    });
+    let detokenize = tokenizer_route("detokenize", &state, &auth, |s, r: &DetokenizeRequest| {
+        s.detokenize(r)
+    });
     // Not behind the API key, as in vLLM: scrapers rarely carry one.
     let metrics = warp::path!("metrics")
         .and(get())

@@ -247,22 +247,22 @@ impl Served<'_> {
         tools: Option<&[crate::types::Tool]>,
     ) -> Result<(), RequestError> {
         let limits = self.limits;
-        if messages.len() > limits.max_messages {
-            return Err(RequestError::bad_request(format!(
-                "{} messages; this server takes at most {} per request (--max-chat-messages)",
-                messages.len(),
-                limits.max_messages
-            ))
-            .param("messages"));
-        }
         let tools = tools.unwrap_or_default();
-        if tools.len() > limits.max_tools {
-            return Err(RequestError::bad_request(format!(
-                "{} tools; this server takes at most {} per request (--max-tools)",
-                tools.len(),
-                limits.max_tools
-            ))
-            .param("tools"));
+        for (field, count, max, flag) in [
+            (
+                "messages",
+                messages.len(),
+                limits.max_messages,
+                "--max-chat-messages",
+            ),
+            ("tools", tools.len(), limits.max_tools, "--max-tools"),
+        ] {
+            if count > max {
+                return Err(RequestError::bad_request(format!(
+                    "{count} {field}; this server takes at most {max} per request ({flag})"
+                ))
+                .param(field));
+            }
         }
         let tool_bytes = if tools.is_empty() {
             0
