@@ -247,3 +247,79 @@ fn bad_constraints_are_refused_by_name() {
     };
     assert!(engine.add_request("beams", vec![1, 2, 3], beams).is_err());
 }
+
+/// vLLM's reading of object schemas: without `additionalProperties` an object allows only
+/// its own keys (random logits would add others at once otherwise); `set_strict_json_schema`
+/// restores JSON Schema's reading, under which some samples do add keys.
+#[test]
+fn objects_allow_only_their_own_keys_unless_the_schema_is_read_strictly() {
+    let tok = tokenizer();
+    let vocab = tok.vocab_size();
+    let schema = json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["a"]
+    });
+    let requests = || {
+        (0..16)
+            .map(|seed| {
+                (
+                    Prompt::Tokens(vec![1, 2, 3]),
+                    sampled(StructuredOutput::Json(schema.clone()), seed, 300),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let keys = |text: &str| -> Option<Vec<String>> {
+        let v: Value = serde_json::from_str(text).ok()?;
+        Some(v.as_object()?.keys().cloned().collect())
+    };
+    let mut engine = Engine::new(
+        FixedLogitsExecutor::new(vocab, 7),
+        Some(tok.clone()),
+        config(4096),
+    )
+    .unwrap();
+    for (text, finish) in run(&mut engine, requests()) {
+        assert_eq!(finish, FinishReason::Stop, "{text:?}");
+        assert_eq!(keys(&text), Some(vec!["a".to_string()]), "{text:?}");
+    }
+    let mut strict =
+        Engine::new(FixedLogitsExecutor::new(vocab, 7), Some(tok), config(4096)).unwrap();
+    strict.set_strict_json_schema(true);
+    let extra = run(&mut strict, requests())
+        .iter()
+        .filter(|(text, _)| keys(text).is_none_or(|k| k.len() > 1))
+        .count();
+    assert!(extra > 0, "no sample used the freedom to add keys");
+}
+
+#[test]
+fn close_objects_marks_every_object_subschema_and_keeps_explicit_choices() {
+    let mut schema = json!({
+        "type": "object",
+        "properties": {
+            "inner": {"properties": {"x": {"type": "string"}}},
+            "list": {"type": "array", "items": {"type": "object"}},
+            "open": {"type": "object", "additionalProperties": true},
+            "either": {"anyOf": [{"type": "object"}, {"type": "null"}]}
+        },
+        "$defs": {"d": {"type": ["object", "null"]}}
+    });
+    infer_core::sampling::structured::close_objects(&mut schema);
+    assert_eq!(schema["additionalProperties"], false);
+    assert_eq!(schema["properties"]["inner"]["additionalProperties"], false);
+    assert_eq!(
+        schema["properties"]["list"]["items"]["additionalProperties"],
+        false
+    );
+    assert_eq!(schema["properties"]["open"]["additionalProperties"], true);
+    assert_eq!(
+        schema["properties"]["either"]["anyOf"][0]["additionalProperties"],
+        false
+    );
+    assert!(schema["properties"]["either"]["anyOf"][1]
+        .get("additionalProperties")
+        .is_none());
+    assert_eq!(schema["$defs"]["d"]["additionalProperties"], false);
+}

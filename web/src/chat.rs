@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use futures_util::stream::{self, Stream, StreamExt};
-use infer_api::format::{chat_role_choices, Reply, RunningUsage, CHAT, CHAT_CHUNK};
+use infer_api::format::{prompt_logprobs, Reply, RunningUsage, CHAT, CHAT_CHUNK};
 use infer_api::prepare::PreparedChat;
 use infer_api::tools::ChatReplies;
 use serde_json::{json, Value};
@@ -43,9 +43,10 @@ async fn run(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Result<Respon
         params,
         structured_param,
         tools,
+        echo,
     } = prepared?;
-    let reply = state.reply("chatcmpl");
-    let replies = ChatReplies::new(tools, &reply.id);
+    let reply = state.reply("chatcmpl", req.sampling.request_id.as_deref());
+    let replies = ChatReplies::new(tools, &reply.id).with_echo(echo);
     let running = req
         .sampling
         .continuous_usage()
@@ -69,7 +70,13 @@ async fn run(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Result<Respon
         .map(|o| replies.choice(&state.tokenizer, o))
         .collect();
     let usage = Usage::new(done.prompt_len, completion_tokens).with_cached(done.cached);
-    Ok(warp::reply::json(&reply.response(CHAT, choices, usage)).into_response())
+    let mut body = reply.response(CHAT, choices, usage);
+    if params.prompt_logprobs.is_some() {
+        // vLLM puts a chat prompt's logprobs beside the choices.
+        let lps = done.prompt_logprobs.unwrap_or_default();
+        body["prompt_logprobs"] = prompt_logprobs(&state.tokenizer, &lps);
+    }
+    Ok(warp::reply::json(&body).into_response())
 }
 
 fn chat_stream(
@@ -81,7 +88,7 @@ fn chat_stream(
     include_usage: bool,
     mut running: Option<RunningUsage>,
 ) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
-    let roles = Value::Array(chat_role_choices(n));
+    let roles = Value::Array(replies.role_choices(n));
     let first_usage = running.as_ref().map(|r| r.usage(0));
     let head = stream::once(std::future::ready(sse_data(
         &reply.chunk(CHAT_CHUNK, roles, first_usage).to_string(),

@@ -88,7 +88,7 @@ async fn run(
     .await?;
     let prepared = prepared?;
     let (prompts, params) = (&prepared.prompts, &prepared.params);
-    let reply = state.reply("cmpl");
+    let reply = state.reply("cmpl", req.sampling.request_id.as_deref());
     // All prompts are admitted together or the request is refused before any is computed.
     let requests = prompts
         .iter()

@@ -114,10 +114,14 @@ impl ServerState {
         }
     }
 
-    /// A reply header (id, time, model) for a fresh request.
-    pub fn reply(&self, prefix: &str) -> Reply {
+    /// A reply header (id, time, model) for a fresh request; vLLM's `request_id`, when the
+    /// client gives one, makes the id `{prefix}-{request_id}`.
+    pub fn reply(&self, prefix: &str, request_id: Option<&str>) -> Reply {
         Reply {
-            id: self.request_id(prefix),
+            id: match request_id {
+                Some(r) => format!("{prefix}-{r}"),
+                None => self.request_id(prefix),
+            },
             created: unix_now(),
             model: self.model_name.clone(),
         }

@@ -96,6 +96,7 @@ impl<E: Executor> Engine<E> {
         self.next_seq += 1;
         let mut state = SeqState::new(seq, tokens.clone());
         state.group_size = params.best_of();
+        state.priority = params.priority;
         if params.prompt_logprobs.is_some() {
             state.all_logits_until = tokens.len();
         }
@@ -104,6 +105,14 @@ impl<E: Executor> Engine<E> {
         if !params.ignore_eos {
             stop_ids.extend(&self.eos_token_ids);
         }
+        // A request without a seed takes the next of the engine's (`--seed`), if it has one.
+        let seed = params
+            .seed
+            .or_else(|| self.seeds.as_mut().map(rand::RngCore::next_u64));
+        let bad_words = match &self.tokenizer {
+            Some(tok) => bad_word_ids(tok, &params.bad_words)?,
+            None => Vec::new(),
+        };
         // Samples exist from the start (forked at the first token); beams appear as chosen.
         let num_members = if params.use_beam_search {
             1
@@ -115,7 +124,7 @@ impl<E: Executor> Engine<E> {
                 index,
                 seq: (index == 0).then_some(seq),
                 // Each sample its own stream: seeded ones reproduce whatever the batch.
-                rng: match params.seed {
+                rng: match seed {
                     Some(s) => StdRng::seed_from_u64(
                         s.wrapping_add((index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
                     ),
@@ -145,6 +154,7 @@ impl<E: Executor> Engine<E> {
                 members,
                 done: Vec::new(),
                 stop_ids,
+                bad_words,
                 metrics: RequestMetrics {
                     arrival: Instant::now(),
                     first_scheduled: None,
@@ -184,7 +194,11 @@ impl<E: Executor> Engine<E> {
             )
         })?;
         let started = Instant::now();
-        let g = Arc::new(GrammarCompiler::new(tokenizer, self.executor.vocab_size())?);
+        let g = Arc::new(GrammarCompiler::new(
+            tokenizer,
+            self.executor.vocab_size(),
+            self.strict_json_schema,
+        )?);
         tracing::info!(elapsed = ?started.elapsed(), "structured-output token trie built");
         self.grammars = Some(g.clone());
         Ok(g)
@@ -197,6 +211,10 @@ impl<E: Executor> Engine<E> {
         for (name, t) in [
             ("logit_bias", params.logit_bias.keys().find(outside)),
             ("stop_token_ids", params.stop_token_ids.iter().find(outside)),
+            (
+                "allowed_token_ids",
+                params.allowed_token_ids.iter().flatten().find(outside),
+            ),
         ] {
             if let Some(t) = t {
                 return Err(InferError::invalid(
@@ -221,6 +239,30 @@ impl<E: Executor> Engine<E> {
                 ),
             ));
         }
+        let max = self.max_logprobs;
+        for (name, v) in [
+            ("logprobs", params.logprobs),
+            ("prompt_logprobs", params.prompt_logprobs),
+        ] {
+            if v.is_some_and(|k| k > max) {
+                return Err(InferError::invalid(
+                    name,
+                    format!("at most {max} (the server's --max-logprobs)"),
+                ));
+            }
+        }
+        if params.priority != 0 && !self.priority_scheduling {
+            return Err(InferError::invalid(
+                "priority",
+                "priorities need the server's --scheduling-policy priority (first come, first served now)",
+            ));
+        }
+        if !params.bad_words.is_empty() && self.tokenizer.is_none() {
+            return Err(InferError::invalid(
+                "bad_words",
+                "bad words need a tokenizer",
+            ));
+        }
         if params.use_beam_search && !params.stop.is_empty() {
             return Err(InferError::invalid(
                 "stop",
@@ -232,4 +274,35 @@ impl<E: Executor> Engine<E> {
         }
         Ok(())
     }
+}
+
+/// vLLM's tokenization of `bad_words`: each word as written (leading spaces trimmed) and with
+/// one leading space, without special tokens; the spaced form counts only where it is a
+/// different word of as many tokens (not a lone space token before the same ones).
+fn bad_word_ids(tok: &crate::Tokenizer, words: &[String]) -> Result<Vec<Vec<u32>>> {
+    let mut out: Vec<Vec<u32>> = Vec::with_capacity(words.len() * 2);
+    for word in words {
+        let word = word.trim_start();
+        let plain = tok.encode(word, false)?;
+        let spaced = tok.encode(&format!(" {word}"), false)?;
+        let distinct = spaced.len() == plain.len() && spaced.first() != plain.first();
+        out.push(plain);
+        if distinct {
+            out.push(spaced);
+        }
+    }
+    out.retain(|ids| !ids.is_empty());
+    Ok(out)
+}
+
+/// The tokens `bad_words` ban after `output`: each word's last token where the output ends
+/// with the tokens before it.
+pub(crate) fn bad_word_bans<'a>(
+    words: &'a [Vec<u32>],
+    output: &'a [u32],
+) -> impl Iterator<Item = u32> + 'a {
+    words.iter().filter_map(move |ids| {
+        let (last, before) = ids.split_last()?;
+        output.ends_with(before).then_some(*last)
+    })
 }

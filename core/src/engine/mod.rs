@@ -114,6 +114,14 @@ pub struct Engine<E: Executor> {
     spec_probs: HashMap<SeqId, Vec<f32>>,
     /// Sizes each step's token budget to a target time (`None`: the fixed maximum).
     pacer: Option<pacing::StepPacer>,
+    /// Draws the seeds of requests that bring none (`set_seed`); `None`: the OS's entropy.
+    seeds: Option<rand::rngs::StdRng>,
+    /// Most top logprobs a request may ask for per token (`set_max_logprobs`).
+    max_logprobs: usize,
+    /// Whether requests may carry a priority (`set_priority_scheduling`).
+    priority_scheduling: bool,
+    /// JSON Schema's reading of objects in structured outputs (`set_strict_json_schema`).
+    strict_json_schema: bool,
 }
 
 /// A step between its submission and its read-back.
@@ -163,6 +171,10 @@ impl<E: Executor> Engine<E> {
             speculator: None,
             spec_probs: HashMap::new(),
             pacer: None,
+            seeds: None,
+            max_logprobs: crate::sampling::MAX_LOGPROBS,
+            priority_scheduling: false,
+            strict_json_schema: false,
         })
     }
 
@@ -366,6 +378,36 @@ impl<E: Executor> Engine<E> {
         self.pacer = target.map(pacing::StepPacer::new);
         if target.is_none() {
             self.scheduler.set_step_tokens(None);
+        }
+    }
+
+    /// vLLM's `--seed`: requests without a seed get one drawn from a generator seeded with
+    /// `seed`, so the same requests in the same order give the same outputs on every run.
+    pub fn set_seed(&mut self, seed: Option<u64>) {
+        use rand::SeedableRng;
+        self.seeds = seed.map(rand::rngs::StdRng::seed_from_u64);
+    }
+
+    /// vLLM's `--max-logprobs`: the most top logprobs a request may ask for per token
+    /// (default 20, OpenAI's limit).
+    pub fn set_max_logprobs(&mut self, max: usize) {
+        self.max_logprobs = max;
+    }
+
+    /// vLLM's `--scheduling-policy priority`: requests with a lower `priority` are admitted
+    /// first and preempted last (ties by arrival). Off (first come, first served), a request
+    /// with a priority other than 0 is refused, as vLLM does.
+    pub fn set_priority_scheduling(&mut self, on: bool) {
+        self.priority_scheduling = on;
+    }
+
+    /// Structured outputs read JSON schemas as JSON Schema does (an object allows properties
+    /// it does not list unless `additionalProperties: false`) instead of as vLLM does by
+    /// default (it allows none: `sampling::close_objects`).
+    pub fn set_strict_json_schema(&mut self, strict: bool) {
+        if strict != self.strict_json_schema {
+            self.strict_json_schema = strict;
+            self.grammars = None;
         }
     }
 

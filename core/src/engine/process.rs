@@ -194,6 +194,20 @@ impl<E: Executor> Engine<E> {
         vocab: usize,
     ) -> Result<Vec<SampledRow>> {
         let mut rows: Vec<Option<&mut [f32]>> = logits.chunks_mut(vocab).map(Some).collect();
+        // Each row's banned tokens: stop tokens before `min_tokens`, and `bad_words`.
+        let bans: Vec<Vec<u32>> = jobs
+            .iter()
+            .map(|job| {
+                let req = &self.requests[&job.key];
+                let m = &req.members[job.member];
+                let mut banned = Vec::new();
+                if m.output.len() < req.params.min_tokens {
+                    banned.extend_from_slice(&req.stop_ids);
+                }
+                banned.extend(super::admission::bad_word_bans(&req.bad_words, &m.output));
+                banned
+            })
+            .collect();
         let mut batch = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.iter().enumerate() {
             let req = &self.requests[&job.key];
@@ -212,11 +226,7 @@ impl<E: Executor> Engine<E> {
                 prompt: &tokens[..req.prompt.len().min(tokens.len())],
                 output: &m.output,
                 uniforms: &job.uniforms,
-                banned: if m.output.len() < p.min_tokens {
-                    &req.stop_ids
-                } else {
-                    &[]
-                },
+                banned: &bans[i],
                 num_top: p.logprobs.unwrap_or(0).max(beam_top),
                 allowed: masks.get(i).and_then(Option::as_ref),
                 proposal: job.proposal(),

@@ -187,6 +187,8 @@ pub(crate) struct Request {
     pub done: Vec<Member>,
     /// Token ids that end a sequence: EOS (unless ignored) and the stop token ids.
     pub stop_ids: Vec<u32>,
+    /// `bad_words` as token ids (see `admission::bad_word_bans`).
+    pub bad_words: Vec<Vec<u32>>,
     pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
     pub metrics: RequestMetrics,
 }

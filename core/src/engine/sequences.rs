@@ -107,11 +107,15 @@ impl Ctx<'_> {
                 .then_some(StopReason::Token(token));
             finish = Some((FinishReason::Stop, reason));
         }
-        if finish.is_none() {
+        if finish.is_none() || p.include_stop_str_in_output {
             if let (Some(d), Some(t)) = (&mut m.detokenizer, self.tokenizer) {
                 let piece = d.push(t, token)?;
-                let stops = if may_stop { &p.stop[..] } else { &[] };
-                if let Some(i) = m.text.push(&piece, stops) {
+                let stops = if may_stop && finish.is_none() {
+                    &p.stop[..]
+                } else {
+                    &[]
+                };
+                if let Some(i) = m.text.push(&piece, stops, p.include_stop_str_in_output) {
                     finish = Some((
                         FinishReason::Stop,
                         Some(StopReason::String(p.stop[i].clone())),

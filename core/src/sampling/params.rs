@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::structured::StructuredOutput;
 use crate::error::{InferError, Result};
 
-/// Most top logprobs a request may ask for per token (OpenAI allows 20).
+/// Most top logprobs a request may ask for per token by default (OpenAI allows 20; an
+/// engine's `set_max_logprobs` changes it).
 pub const MAX_LOGPROBS: usize = 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +37,12 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Added to the logits of these token ids.
     pub logit_bias: BTreeMap<u32, f32>,
+    /// Only these token ids may be generated (vLLM's `allowed_token_ids`).
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// Words the output may not contain (vLLM's `bad_words`): the last token of each word's
+    /// tokenization, with and without a leading space, is banned wherever the output ends
+    /// with the tokens before it.
+    pub bad_words: Vec<String>,
     /// Makes the request's draws reproducible whatever else is in the batch.
     pub seed: Option<u64>,
     /// Output tokens at most (`None`: up to the context limit).
@@ -48,6 +55,8 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<u32>,
     /// Keep generating after EOS.
     pub ignore_eos: bool,
+    /// Keep the stop string (or the stop token's text) that ended the output in its text.
+    pub include_stop_str_in_output: bool,
     pub skip_special_tokens: bool,
     /// Top logprobs reported per generated token (plus the chosen token's own).
     pub logprobs: Option<usize>,
@@ -61,6 +70,9 @@ pub struct SamplingParams {
     pub early_stopping: bool,
     /// Constrains the output to a JSON schema, regex, choice or grammar (llguidance).
     pub structured_outputs: Option<StructuredOutput>,
+    /// Scheduling priority, lower first (vLLM's `priority`); an engine takes values other
+    /// than 0 only when it schedules by priority (`Engine::set_priority_scheduling`).
+    pub priority: i64,
 }
 
 impl Default for SamplingParams {
@@ -76,12 +88,15 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             logit_bias: BTreeMap::new(),
+            allowed_token_ids: None,
+            bad_words: Vec::new(),
             seed: None,
             max_tokens: None,
             min_tokens: 0,
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             ignore_eos: false,
+            include_stop_str_in_output: false,
             skip_special_tokens: true,
             logprobs: None,
             prompt_logprobs: None,
@@ -89,6 +104,7 @@ impl Default for SamplingParams {
             length_penalty: 1.0,
             early_stopping: false,
             structured_outputs: None,
+            priority: 0,
         }
     }
 }
@@ -122,6 +138,8 @@ impl SamplingParams {
             && self.prompt_logprobs.is_none()
             && !self.has_penalties()
             && self.logit_bias.is_empty()
+            && self.allowed_token_ids.is_none()
+            && self.bad_words.is_empty()
             && self.structured_outputs.is_none()
     }
 
@@ -218,13 +236,14 @@ impl SamplingParams {
                 "stop strings must not be empty",
             ));
         }
-        for (name, v) in [
-            ("logprobs", self.logprobs),
-            ("prompt_logprobs", self.prompt_logprobs),
-        ] {
-            if v.is_some_and(|k| k > MAX_LOGPROBS) {
-                return Err(InferError::invalid(name, format!("at most {MAX_LOGPROBS}")));
-            }
+        if self.allowed_token_ids.as_ref().is_some_and(Vec::is_empty) {
+            return Err(InferError::invalid(
+                "allowed_token_ids",
+                "must hold at least one token id",
+            ));
+        }
+        if self.bad_words.iter().any(|w| w.trim().is_empty()) {
+            return Err(InferError::invalid("bad_words", "words must not be empty"));
         }
         if self.use_beam_search {
             if !self.is_greedy() || self.top_p < 1.0 || self.top_k != 0 || self.min_p > 0.0 {
@@ -301,10 +320,15 @@ mod tests {
         })
         .contains("stop"));
         assert!(err(SamplingParams {
-            logprobs: Some(21),
+            allowed_token_ids: Some(vec![]),
             ..d()
         })
-        .contains("logprobs"));
+        .contains("allowed_token_ids"));
+        assert!(err(SamplingParams {
+            bad_words: vec![" ".into()],
+            ..d()
+        })
+        .contains("bad_words"));
         assert!(err(SamplingParams {
             n: 2,
             ..SamplingParams::greedy(4)

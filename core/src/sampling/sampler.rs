@@ -64,7 +64,11 @@ pub fn sample_batch(rows: &mut [SamplerRow]) -> Vec<SampledRow> {
         .filter(|r| r.params.has_penalties())
         .for_each(|r| apply_penalties(r.logits, r.params, r.prompt, r.output));
     rows.par_iter_mut()
-        .filter(|r| !r.params.logit_bias.is_empty() || !r.banned.is_empty())
+        .filter(|r| {
+            !r.params.logit_bias.is_empty()
+                || !r.banned.is_empty()
+                || r.params.allowed_token_ids.is_some()
+        })
         .for_each(|r| apply_bias_and_bans(r.logits, r.params, r.banned));
     rows.par_iter_mut()
         .filter_map(|r| Some((r.allowed?, &mut *r.logits)))
@@ -135,6 +139,16 @@ fn apply_bias_and_bans(logits: &mut [f32], p: &SamplingParams, banned: &[u32]) {
     for &t in banned {
         if let Some(l) = logits.get_mut(t as usize) {
             *l = f32::NEG_INFINITY;
+        }
+    }
+    if let Some(allowed) = &p.allowed_token_ids {
+        let kept: Vec<(usize, f32)> = allowed
+            .iter()
+            .filter_map(|&t| Some((t as usize, *logits.get(t as usize)?)))
+            .collect();
+        logits.fill(f32::NEG_INFINITY);
+        for (t, l) in kept {
+            logits[t] = l;
         }
     }
 }

@@ -15,8 +15,9 @@ impl OutputText {
     }
 
     /// Appends newly decoded text; returns the index of the stop string it completed, the
-    /// text then ending just before that string's first occurrence.
-    pub fn push(&mut self, delta: &str, stops: &[String]) -> Option<usize> {
+    /// text then ending just before that string's first occurrence (just after it with
+    /// `keep_stop`, vLLM's `include_stop_str_in_output`).
+    pub fn push(&mut self, delta: &str, stops: &[String], keep_stop: bool) -> Option<usize> {
         let longest = stops.iter().map(String::len).max().unwrap_or(0);
         // A new match must end inside `delta`, so it starts at most `longest - 1` bytes back.
         let start = floor_char_boundary(
@@ -30,7 +31,8 @@ impl OutputText {
             .enumerate()
             .filter_map(|(i, s)| window.find(s.as_str()).map(|at| (at, i)))
             .min()?;
-        self.text.truncate(start + at);
+        let kept = if keep_stop { stops[index].len() } else { 0 };
+        self.text.truncate(start + at + kept);
         self.emitted = self.emitted.min(self.text.len());
         Some(index)
     }
@@ -75,12 +77,12 @@ mod tests {
         let mut t = OutputText::default();
         let mut streamed = String::new();
         for piece in ["Hello", " wor", "ld E", "N"] {
-            assert_eq!(t.push(piece, &stops), None);
+            assert_eq!(t.push(piece, &stops, false), None);
             streamed += &t.take_delta(hold, false);
         }
         // "EN" may begin "END": held back.
         assert_eq!(streamed, "Hello world ");
-        assert_eq!(t.push("D and more", &stops), Some(0));
+        assert_eq!(t.push("D and more", &stops, false), Some(0));
         streamed += &t.take_delta(hold, true);
         assert_eq!(streamed, "Hello world ");
         assert_eq!(t.text(), "Hello world ");
@@ -90,15 +92,24 @@ mod tests {
     fn earliest_match_wins_and_multibyte_text_is_held_on_char_boundaries() {
         let stops = vec!["ab".to_string(), "b".to_string()];
         let mut t = OutputText::default();
-        assert_eq!(t.push("xxab", &stops), Some(0));
+        assert_eq!(t.push("xxab", &stops, false), Some(0));
         assert_eq!(t.text(), "xx");
 
         let stops = vec!["日本語".to_string()];
         let mut t = OutputText::default();
-        t.push("é日本", &stops);
+        t.push("é日本", &stops, false);
         // 8 bytes held would split "é": the boundary moves back.
         assert_eq!(t.take_delta(holdback(&stops), false), "");
-        assert_eq!(t.push("語", &stops), Some(0));
+        assert_eq!(t.push("語", &stops, false), Some(0));
         assert_eq!(t.take_delta(holdback(&stops), true), "é");
+    }
+
+    #[test]
+    fn a_kept_stop_string_ends_the_text() {
+        let stops = vec!["END".to_string()];
+        let mut t = OutputText::default();
+        assert_eq!(t.push("abc E", &stops, true), None);
+        assert_eq!(t.push("ND tail", &stops, true), Some(0));
+        assert_eq!(t.text(), "abc END");
     }
 }

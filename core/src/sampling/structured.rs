@@ -35,11 +35,17 @@ pub enum StructuredOutput {
 }
 
 impl StructuredOutput {
-    /// llguidance's grammar for the constraint; errors name what is wrong with it.
-    fn grammar(&self) -> Result<TopLevelGrammar> {
+    /// llguidance's grammar for the constraint; errors name what is wrong with it. With
+    /// `strict_schema` false, object schemas that do not say otherwise allow no properties
+    /// beyond their own (see `close_objects`).
+    fn grammar(&self, strict_schema: bool) -> Result<TopLevelGrammar> {
         Ok(match self {
             StructuredOutput::Json(schema) => {
-                TopLevelGrammar::from_json_schema(json_schema(schema)?)
+                let mut schema = json_schema(schema)?;
+                if !strict_schema {
+                    close_objects(&mut schema);
+                }
+                TopLevelGrammar::from_json_schema(schema)
             }
             StructuredOutput::JsonObject => {
                 TopLevelGrammar::from_json_schema(json_schema(&json!({"type": "object"}))?)
@@ -83,25 +89,90 @@ fn json_schema(schema: &Value) -> Result<Value> {
     Ok(schema)
 }
 
+/// vLLM's default JSON-schema reading (xgrammar's strict mode; its guidance backend's
+/// `disable_additional_properties`): an object schema that does not say whether other
+/// properties are allowed allows none. Clients' tool schemas (LangChain, openai-node) leave
+/// `additionalProperties` out, and a small model given the freedom invents keys until
+/// `max_tokens`. Applied to every subschema; explicit `additionalProperties`,
+/// `patternProperties` or `unevaluatedProperties` are kept as written.
+pub fn close_objects(schema: &mut Value) {
+    let Value::Object(obj) = schema else {
+        return;
+    };
+    let typed_object = match obj.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        _ => false,
+    };
+    let open = [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+    ]
+    .iter()
+    .all(|k| !obj.contains_key(*k));
+    if (typed_object || obj.contains_key("properties")) && open {
+        obj.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for (key, value) in obj.iter_mut() {
+        match key.as_str() {
+            // Maps of name to subschema.
+            "properties" | "$defs" | "definitions" | "patternProperties" | "dependentSchemas" => {
+                if let Value::Object(subs) = value {
+                    subs.values_mut().for_each(close_objects);
+                }
+            }
+            // Lists of subschemas.
+            "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
+                if let Value::Array(subs) = value {
+                    subs.iter_mut().for_each(close_objects);
+                }
+            }
+            // One subschema (or, for `items`, a list in the old tuple form).
+            "items"
+            | "additionalProperties"
+            | "additionalItems"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "contains"
+            | "propertyNames"
+            | "unevaluatedItems" => match value {
+                Value::Array(subs) => subs.iter_mut().for_each(close_objects),
+                other => close_objects(other),
+            },
+            _ => {}
+        }
+    }
+}
+
 /// Compiles constraints for one tokenizer: the token trie and llguidance's parser factory,
 /// built once (tens of milliseconds for a 50k vocabulary) and shared by every request.
 pub struct GrammarCompiler {
     factory: ParserFactory,
+    /// JSON Schema's own reading of objects (other properties allowed unless forbidden)
+    /// instead of vLLM's (`close_objects`).
+    strict_schema: bool,
 }
 
 impl GrammarCompiler {
-    /// `vocab` is the width of the model's logits rows (at least the tokenizer's vocabulary).
-    pub fn new(tokenizer: &Tokenizer, vocab: usize) -> Result<Self> {
+    /// `vocab` is the width of the model's logits rows (at least the tokenizer's vocabulary);
+    /// `strict_schema`: see the field.
+    pub fn new(tokenizer: &Tokenizer, vocab: usize, strict_schema: bool) -> Result<Self> {
         let env: TokEnv = Arc::new(TrieEnv::new(tokenizer, vocab)?);
         let mut factory = ParserFactory::new_simple(&env).map_err(setup_err)?;
         factory.quiet();
-        Ok(GrammarCompiler { factory })
+        Ok(GrammarCompiler {
+            factory,
+            strict_schema,
+        })
     }
 
     /// A matcher at the start of the output; a constraint that does not compile is an
     /// invalid-parameter error with llguidance's message.
     pub fn compile(&self, spec: &StructuredOutput) -> Result<Matcher> {
-        let grammar = spec.grammar()?;
+        let grammar = spec.grammar(self.strict_schema)?;
         let parser = self
             .factory
             .create_parser(grammar)

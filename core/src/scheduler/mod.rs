@@ -73,6 +73,10 @@ impl SchedulerConfig {
 pub struct SeqState {
     /// Arrival order (smaller came first); sequences forked from one another share it.
     pub arrival: u64,
+    /// Scheduling priority, lower first (vLLM's `priority`); ties go by arrival. Every queue
+    /// is kept in (priority, arrival) order, so with priorities the lowest one is also the
+    /// first preempted.
+    pub priority: i64,
     /// Prompt followed by the generated tokens.
     pub tokens: Vec<u32>,
     /// Tokens whose K/V are in the cache (or scheduled into it this step).
@@ -92,6 +96,7 @@ impl SeqState {
     pub fn new(arrival: u64, tokens: Vec<u32>) -> Self {
         SeqState {
             arrival,
+            priority: 0,
             tokens,
             num_computed: 0,
             group_size: 1,
@@ -380,13 +385,15 @@ impl Scheduler {
     }
 }
 
-/// Inserts `id` after every queued sequence that arrived before it.
+/// Inserts `id` after every queued sequence of a higher priority (a lower number) or of its
+/// priority that arrived before it.
 fn insert_by_arrival(
     seqs: &HashMap<SeqId, (SeqState, Queue)>,
     queue: &mut VecDeque<SeqId>,
     id: SeqId,
 ) {
-    let arrival = seqs[&id].0.arrival;
-    let at = queue.partition_point(|s| seqs[s].0.arrival < arrival);
+    let key = |s: &SeqState| (s.priority, s.arrival);
+    let new = key(&seqs[&id].0);
+    let at = queue.partition_point(|s| key(&seqs[s].0) < new);
     queue.insert(at, id);
 }

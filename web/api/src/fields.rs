@@ -33,24 +33,56 @@ fn is_router_default(key: &str, value: &Value) -> bool {
     })
 }
 
-/// A 400 naming the first field (in name order) that is neither known nor in `IGNORED_FIELDS`
-/// (nor a router's default, `ROUTER_DEFAULTS`).
+/// Fields refused with a reason of their own (they change the result, and infer does not do
+/// what they ask); any other unknown field gets the generic refusal.
+const REFUSED_FIELDS: &[(&str, &str)] = &[
+    (
+        "cache_salt",
+        "the prefix cache is not partitioned by salt here; leave it out, or start the server with --no-enable-prefix-caching",
+    ),
+    ("suffix", "insertion (fill-in-the-middle) is not supported"),
+    ("functions", "use `tools` (OpenAI's replacement for `functions`)"),
+    ("function_call", "use `tool_choice` (OpenAI's replacement for `function_call`)"),
+    ("audio", "the served model takes and writes text only"),
+    ("logits_processors", "custom logits processors cannot be loaded per request"),
+];
+
+/// What the policy makes of an unknown field: a no-op (`Ok`), or the refusal's reason.
+fn unknown_field(key: &str, value: &Value) -> Result<(), String> {
+    if IGNORED_FIELDS.contains(&key) || is_router_default(key, value) || value.is_null() {
+        return Ok(());
+    }
+    if key == "modalities" && value == &json!(["text"]) {
+        return Ok(());
+    }
+    match REFUSED_FIELDS.iter().find(|(k, _)| *k == key) {
+        Some((_, why)) => Err(format!("`{key}` is not supported: {why}")),
+        None => Err(format!(
+            "unsupported parameter `{key}`: infer does not implement it, and ignoring it would change what you asked for"
+        )),
+    }
+}
+
+/// The request-field policy (as vLLM, which warns about fields it ignores): a field with no
+/// effect on the result (`IGNORED_FIELDS`, a null value, `modalities: ["text"]`, a router's
+/// default) is accepted and logged at debug; any other unknown field is a 400 naming it (the
+/// first in name order).
 pub fn check_extra_fields(
     extra: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), RequestError> {
-    let mut unknown: Vec<&String> = extra
-        .iter()
-        .filter(|(k, v)| !IGNORED_FIELDS.contains(&k.as_str()) && !is_router_default(k, v))
-        .map(|(k, _)| k)
-        .collect();
-    unknown.sort();
-    match unknown.first() {
-        None => Ok(()),
-        Some(k) => Err(RequestError::bad_request(format!(
-            "unsupported parameter `{k}`: infer does not implement it, and ignoring it would change what you asked for"
-        ))
-        .param(k)),
+    let mut keys: Vec<&String> = extra.keys().collect();
+    keys.sort();
+    let mut ignored = Vec::new();
+    for k in keys {
+        match unknown_field(k, &extra[k]) {
+            Ok(()) => ignored.push(k.as_str()),
+            Err(why) => return Err(RequestError::bad_request(why).param(k)),
+        }
     }
+    if !ignored.is_empty() {
+        tracing::debug!(fields = ?ignored, "request fields accepted with no effect on the result");
+    }
+    Ok(())
 }
 
 /// Shared by both endpoints: unknown fields, stream options that mean nothing as given, and
@@ -77,6 +109,12 @@ pub(crate) fn apply_common(
             "`continuous_usage_stats` needs `include_usage: true` (as in vLLM)",
         )
         .param("stream_options"));
+    }
+    if sampling.return_tokens_as_token_ids == Some(true) {
+        return Err(RequestError::bad_request(
+            "`return_tokens_as_token_ids` is not supported yet: logprob tokens come back as text",
+        )
+        .param("return_tokens_as_token_ids"));
     }
     let constraint = structured.constraint()?;
     Ok(constraint.map(|(spec, param)| {

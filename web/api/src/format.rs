@@ -194,7 +194,8 @@ pub fn completion_stream_choices(
             .flatten()
             .map(|o| {
                 usage.completion += o.token_ids.len();
-                json!({"index": base + o.index, "text": o.text, "logprobs": null, "finish_reason": finish_reason(o.finish_reason)})
+                json!({"index": base + o.index, "text": o.text, "logprobs": null,
+                    "finish_reason": finish_reason(o.finish_reason), "stop_reason": o.stop_reason})
             })
             .collect();
     }
@@ -210,6 +211,7 @@ pub fn completion_stream_choices(
                 "text": d.text_delta,
                 "logprobs": (!d.logprobs.is_empty()).then(|| completion_logprobs(tok, &[], &[], &d.logprobs)),
                 "finish_reason": d.finish_reason.map(finish_reason),
+                "stop_reason": d.stop_reason,
             })
         })
         .collect()
@@ -232,10 +234,10 @@ pub fn completion_echo_choices(
     Ok(choices)
 }
 
-/// The first chat chunk's choices: each choice's role.
-pub fn chat_role_choices(n: usize) -> Vec<Value> {
+/// The first chat chunk's choices: each choice's role, and its content so far (`echo`).
+pub fn chat_role_choices(n: usize, echo: &str) -> Vec<Value> {
     (0..n)
-        .map(|i| json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}))
+        .map(|i| json!({"index": i, "delta": {"role": "assistant", "content": echo}, "logprobs": null, "finish_reason": null}))
         .collect()
 }
 
@@ -262,14 +264,18 @@ pub fn chat_stream_choices(
             }));
         }
         if let Some(r) = d.finish_reason {
-            choices.push(json!({"index": d.index, "delta": {}, "logprobs": null, "finish_reason": finish_reason(r)}));
+            choices.push(json!({"index": d.index, "delta": {}, "logprobs": null,
+                "finish_reason": finish_reason(r), "stop_reason": d.stop_reason}));
         }
     }
     if out.deltas.is_empty() {
         // Known only at the end (best_of > n): each output as one delta.
         for o in out.outputs.iter().flatten() {
             usage.completion += o.token_ids.len();
-            choices.push(json!({"index": o.index, "delta": {"content": o.text}, "logprobs": null, "finish_reason": finish_reason(o.finish_reason)}));
+            choices.push(
+                json!({"index": o.index, "delta": {"content": o.text}, "logprobs": null,
+                "finish_reason": finish_reason(o.finish_reason), "stop_reason": o.stop_reason}),
+            );
         }
     }
     choices
@@ -282,6 +288,7 @@ pub fn chat_choice(tok: &Tokenizer, o: &CompletionOutput) -> Value {
         "message": {"role": "assistant", "content": o.text},
         "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(tok, l)),
         "finish_reason": finish_reason(o.finish_reason),
+        "stop_reason": o.stop_reason,
     })
 }
 
@@ -344,7 +351,8 @@ impl CompletionChoice<'_> {
             "text": format!("{prompt_text}{}", o.text),
             "logprobs": logprobs,
             "finish_reason": if self.prompt_only { "length" } else { finish_reason(o.finish_reason) },
-            "stop_reason": o.stop_reason.as_ref().map(|s| format!("{s:?}")),
+            // vLLM's: the stop string, or the stop token's id (null for EOS and length).
+            "stop_reason": o.stop_reason,
             "prompt_logprobs": self.prompt_logprobs.map(|lps| prompt_logprobs(tok, lps)),
         });
         (choice, o.token_ids.len())

@@ -199,6 +199,8 @@ pub struct PreparedChat {
     pub structured_param: Option<&'static str>,
     /// How the replies are read for tool calls (`None`: plain text).
     pub tools: Option<ToolPlan>,
+    /// vLLM's chat `echo`: the text each choice's content starts with.
+    pub echo: Option<String>,
 }
 
 impl Served<'_> {
@@ -285,11 +287,18 @@ impl Served<'_> {
         Ok(self.tokenizer.encode(text, add_special_tokens)?)
     }
 
-    /// Token ids of each prompt.
-    pub fn encode_prompts(&self, prompt: &PromptInput) -> Result<Vec<Vec<u32>>, RequestError> {
+    /// Token ids of each prompt (text prompts with the tokenizer's special tokens when
+    /// `add_special_tokens`).
+    pub fn encode_prompts(
+        &self,
+        prompt: &PromptInput,
+        add_special_tokens: bool,
+    ) -> Result<Vec<Vec<u32>>, RequestError> {
         let encode = |t: &str| {
             self.check_text_bytes(t.len(), "prompt")?;
-            self.tokenizer.encode(t, true).map_err(RequestError::from)
+            self.tokenizer
+                .encode(t, add_special_tokens)
+                .map_err(RequestError::from)
         };
         let prompts = match prompt {
             PromptInput::Text(t) => vec![encode(t)?],
@@ -331,7 +340,11 @@ impl Served<'_> {
 
     pub fn completion(&self, req: &CompletionRequest) -> Result<PreparedCompletion, RequestError> {
         self.check_model(req.model.as_deref())?;
-        let prompts = self.encode_prompts(&req.prompt)?;
+        let mut prompts =
+            self.encode_prompts(&req.prompt, req.add_special_tokens.unwrap_or(true))?;
+        for p in &mut prompts {
+            self.truncate(p, req.sampling.truncate_prompt_tokens)?;
+        }
         if req.echo && req.sampling.stream && req.logprobs.is_some() {
             return Err(RequestError::bad_request(
                 "`echo` with `logprobs` is not supported when streaming; send `stream: false`",
@@ -385,6 +398,14 @@ impl Served<'_> {
             return Err(RequestError::bad_request("`messages` is empty").param("messages"));
         }
         self.check_chat_size(&req.messages, req.tools.as_deref())?;
+        if req.chat_template.is_some() {
+            // vLLM's default too: a template is code the server runs.
+            return Err(RequestError::bad_request(
+                "this server does not take chat templates from requests; it renders with the model's (or --chat-template)",
+            )
+            .param("chat_template"));
+        }
+        let kwargs = template_kwargs(req);
         let tools = tools::setup(
             req.tools.as_deref(),
             req.tool_choice.as_ref(),
@@ -394,12 +415,13 @@ impl Served<'_> {
         let text = self.render(
             chat_messages(&req.messages)?,
             tools.shown.as_ref(),
-            req.chat_template_kwargs.as_ref(),
+            kwargs.as_ref(),
             req.add_generation_prompt,
             req.continue_final_message,
         )?;
-        // The rendered template already holds its special tokens.
-        let prompt = self.encode_rendered(&text, false)?;
+        // The rendered template already holds its special tokens (unless asked otherwise).
+        let mut prompt = self.encode_rendered(&text, req.add_special_tokens.unwrap_or(false))?;
+        self.truncate(&mut prompt, req.sampling.truncate_prompt_tokens)?;
         let max_tokens = req.max_completion_tokens.or(req.max_tokens);
         if let Some(k) = req.top_logprobs {
             // OpenAI's rules: 0..=20, and only with `logprobs: true`.
@@ -413,6 +435,15 @@ impl Served<'_> {
         }
         let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
         let mut params = req.sampling.to_params(max_tokens, logprobs)?;
+        if let Some(k) = req.prompt_logprobs {
+            if req.sampling.stream {
+                return Err(RequestError::bad_request(
+                    "`prompt_logprobs` is not supported when streaming; send `stream: false`",
+                )
+                .param("prompt_logprobs"));
+            }
+            params.prompt_logprobs = Some(k);
+        }
         let mut structured_param =
             apply_common(&req.extra, &req.structured, &req.sampling, &mut params)?;
         if let Some(constraint) = tools.constraint {
@@ -441,7 +472,30 @@ impl Served<'_> {
             params,
             structured_param,
             tools: tools.plan,
+            echo: req.echo.then(|| echoed(req)).flatten(),
         })
+    }
+
+    /// vLLM's `truncate_prompt_tokens`: the prompt's last `keep` tokens (-1: as many as the
+    /// context holds).
+    fn truncate(&self, prompt: &mut Vec<u32>, keep: Option<i64>) -> Result<(), RequestError> {
+        let bad = |m: String| Err(RequestError::bad_request(m).param("truncate_prompt_tokens"));
+        let keep = match keep {
+            None => return Ok(()),
+            Some(-1) => self.max_model_len,
+            Some(k) if k < 1 => return bad(format!("{k} must be -1 or at least 1")),
+            Some(k) if k as u64 > self.max_model_len as u64 => {
+                return bad(format!(
+                    "{k} is more than the model's context of {} tokens",
+                    self.max_model_len
+                ))
+            }
+            Some(k) => k as usize,
+        };
+        if prompt.len() > keep {
+            prompt.drain(..prompt.len() - keep);
+        }
+        Ok(())
     }
 
     /// The prompt text: the template with a new assistant turn opened, or (vLLM's
@@ -498,4 +552,30 @@ impl Served<'_> {
             .param("continue_final_message")),
         }
     }
+}
+
+/// The template's extra variables: vLLM's `documents` and `reasoning_effort`, then the
+/// request's `chat_template_kwargs` (which win, as in vLLM).
+fn template_kwargs(req: &ChatRequest) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut kwargs = serde_json::Map::new();
+    if let Some(d) = &req.documents {
+        kwargs.insert("documents".into(), serde_json::json!(d));
+    }
+    if let Some(e) = &req.reasoning_effort {
+        kwargs.insert("reasoning_effort".into(), e.clone().into());
+    }
+    kwargs.extend(req.chat_template_kwargs.clone().unwrap_or_default());
+    (!kwargs.is_empty()).then_some(kwargs)
+}
+
+/// vLLM's chat `echo`: the last message's text, when the reply takes its role (the reply
+/// continues it, or it is an assistant message before a new assistant turn).
+fn echoed(req: &ChatRequest) -> Option<String> {
+    let last = req.messages.last()?;
+    let continues = req.continue_final_message || req.add_generation_prompt == Some(false);
+    if !continues && last.role != "assistant" {
+        return None;
+    }
+    let messages = chat_messages(std::slice::from_ref(last)).ok()?;
+    messages.into_iter().next().map(|m| m.content)
 }

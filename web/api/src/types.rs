@@ -55,6 +55,11 @@ pub const IGNORED_FIELDS: &[&str] = &[
     "metadata",
     "service_tier",
     "guided_decoding_backend",
+    // Predicted outputs only speed up generation; the output is the same without them.
+    "prediction",
+    // vLLM applies it only in the slow tokenizers' decode path; fast tokenizers (the only
+    // kind here) decode the same either way.
+    "spaces_between_special_tokens",
 ];
 
 /// The sampling fields shared by completions and chat completions.
@@ -78,6 +83,26 @@ pub struct SamplingFields {
     pub ignore_eos: Option<bool>,
     pub min_tokens: Option<usize>,
     pub skip_special_tokens: Option<bool>,
+    /// vLLM: only these token ids may be generated.
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// vLLM: words the output may not contain.
+    pub bad_words: Option<Vec<String>>,
+    /// vLLM: keep the stop string that ended the output in its text.
+    pub include_stop_str_in_output: Option<bool>,
+    /// vLLM: keep only the prompt's last N tokens (-1: as many as the context holds).
+    pub truncate_prompt_tokens: Option<i64>,
+    /// vLLM: scheduling priority, lower first (needs `--scheduling-policy priority` unless 0).
+    pub priority: Option<i64>,
+    /// vLLM: the id the request runs under; the reply's `id` is the endpoint's prefix + it.
+    pub request_id: Option<String>,
+    /// vLLM: logprob tokens as `token_id:ID` instead of their text.
+    pub return_tokens_as_token_ids: Option<bool>,
+    /// vLLM: beam search with `n` beams (deterministic; `temperature` 0 or left out).
+    pub use_beam_search: Option<bool>,
+    /// vLLM's beam search: scores are `logprob / length ^ length_penalty`.
+    pub length_penalty: Option<f32>,
+    /// vLLM's beam search: stop once `n` hypotheses finished.
+    pub early_stopping: Option<bool>,
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
@@ -108,10 +133,30 @@ impl SamplingFields {
                 ))
             }
         };
+        let beam = self.use_beam_search.unwrap_or(false);
+        let n = self.n.unwrap_or(1);
+        if let Some(r) = &self.request_id {
+            if r.is_empty() || r.len() > 256 || r.chars().any(char::is_control) {
+                return Err(InferError::invalid(
+                    "request_id",
+                    "must be 1 to 256 printable characters",
+                ));
+            }
+        }
         Ok(SamplingParams {
-            n: self.n.unwrap_or(1),
-            best_of: self.best_of,
-            temperature: self.temperature.unwrap_or(1.0),
+            n,
+            // vLLM's beam search keeps `n` beams and returns them.
+            best_of: if beam {
+                self.best_of.or(Some(n))
+            } else {
+                self.best_of
+            },
+            use_beam_search: beam,
+            length_penalty: self.length_penalty.unwrap_or(d.length_penalty),
+            early_stopping: self.early_stopping.unwrap_or(false),
+            // Beam search is deterministic: its temperature is 0 unless the request says
+            // otherwise (which validation then refuses, naming it).
+            temperature: self.temperature.unwrap_or(if beam { 0.0 } else { 1.0 }),
             top_p: self.top_p.unwrap_or(d.top_p),
             top_k,
             min_p: self.min_p.unwrap_or(d.min_p),
@@ -130,6 +175,10 @@ impl SamplingFields {
             stop_token_ids: self.stop_token_ids.clone().unwrap_or_default(),
             ignore_eos: self.ignore_eos.unwrap_or(false),
             skip_special_tokens: self.skip_special_tokens.unwrap_or(true),
+            allowed_token_ids: self.allowed_token_ids.clone(),
+            bad_words: self.bad_words.clone().unwrap_or_default(),
+            include_stop_str_in_output: self.include_stop_str_in_output.unwrap_or(false),
+            priority: self.priority.unwrap_or(0),
             logprobs,
             ..d
         })
@@ -161,6 +210,8 @@ pub struct CompletionRequest {
     /// vLLM: each prompt token's logprob, rank and the top alternatives, in the choice's
     /// `prompt_logprobs`.
     pub prompt_logprobs: Option<usize>,
+    /// vLLM: add the tokenizer's special tokens (BOS) to a text prompt (default true).
+    pub add_special_tokens: Option<bool>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     #[serde(flatten)]
@@ -222,6 +273,22 @@ pub struct ChatRequest {
     pub parallel_tool_calls: Option<bool>,
     /// vLLM: extra variables for the chat template (Qwen3's `enable_thinking`, …).
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// vLLM: documents for retrieval-augmented templates (the template's `documents`).
+    pub documents: Option<Vec<serde_json::Map<String, serde_json::Value>>>,
+    /// OpenAI's reasoning effort, handed to the template as `reasoning_effort` (as vLLM:
+    /// gpt-oss templates read it).
+    pub reasoning_effort: Option<String>,
+    /// vLLM: a template for this request only (refused: see `Served::chat`).
+    pub chat_template: Option<String>,
+    /// vLLM: the reply's content starts with the last message's, when the reply continues
+    /// it (same role: `continue_final_message`).
+    #[serde(default)]
+    pub echo: bool,
+    /// vLLM: the prompt's logprobs in the reply's `prompt_logprobs` (not when streaming).
+    pub prompt_logprobs: Option<usize>,
+    /// vLLM: add the tokenizer's special tokens to the rendered template (default false:
+    /// the template holds them).
+    pub add_special_tokens: Option<bool>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     #[serde(flatten)]

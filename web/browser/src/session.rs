@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use infer_api::format::{
-    chat_role_choices, completion_echo_choices, completion_stream_choices, CompletionChoice, Reply,
-    RunningUsage, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
+    completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, RunningUsage,
+    UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
 };
 use infer_api::prepare::{PreparedChat, Served};
 use infer_api::tools::{ChatReplies, ToolCallParser};
@@ -148,10 +148,14 @@ impl Session {
         }
     }
 
-    fn reply(&mut self, prefix: &str) -> Reply {
+    /// A reply header; vLLM's `request_id`, when given, makes the id `{prefix}-{request_id}`.
+    fn reply(&mut self, prefix: &str, request_id: Option<&str>) -> Reply {
         self.next_id += 1;
         Reply {
-            id: format!("{prefix}-web{:06x}", self.next_id),
+            id: match request_id {
+                Some(r) => format!("{prefix}-{r}"),
+                None => format!("{prefix}-web{:06x}", self.next_id),
+            },
             created: now_secs(),
             model: self.model_name.clone(),
         }
@@ -174,13 +178,20 @@ impl Session {
                         params,
                         structured_param,
                         tools,
+                        echo,
                     } = self.served().chat(&req)?;
+                    if req.prompt_logprobs.is_some() {
+                        return Err(RequestError::bad_request(
+                            "`prompt_logprobs` on chat is served by `infer serve`, not in the browser",
+                        )
+                        .param("prompt_logprobs"));
+                    }
                     let usage = (
                         req.sampling.include_usage(),
                         req.sampling.continuous_usage(),
                     );
-                    let reply = self.reply("chatcmpl");
-                    let replies = ChatReplies::new(tools, &reply.id);
+                    let reply = self.reply("chatcmpl", req.sampling.request_id.as_deref());
+                    let replies = ChatReplies::new(tools, &reply.id).with_echo(echo);
                     (
                         reply,
                         Kind::Chat(Box::new(replies)),
@@ -204,7 +215,7 @@ impl Session {
                         req.sampling.include_usage(),
                         req.sampling.continuous_usage(),
                     );
-                    let reply = self.reply("cmpl");
+                    let reply = self.reply("cmpl", req.sampling.request_id.as_deref());
                     let structured = p.structured_param;
                     (
                         reply,
@@ -228,9 +239,9 @@ impl Session {
         let mut first = Vec::new();
         if stream {
             let head = match &kind {
-                Kind::Chat(_) => {
+                Kind::Chat(replies) => {
                     let usage = running.as_ref().map(|r| r.usage(0));
-                    vec![reply.chunk(CHAT_CHUNK, Value::Array(chat_role_choices(n)), usage)]
+                    vec![reply.chunk(CHAT_CHUNK, Value::Array(replies.role_choices(n)), usage)]
                 }
                 Kind::Completion {
                     prompts,

@@ -19,6 +19,8 @@ pub struct ChatReplies {
     id_prefix: String,
     streams: BTreeMap<usize, ToolStream>,
     pub usage: UsageCounter,
+    /// vLLM's chat `echo`: the text every choice's content starts with.
+    echo: Option<String>,
 }
 
 impl ChatReplies {
@@ -29,7 +31,29 @@ impl ChatReplies {
             id_prefix: format!("call_{request}_"),
             streams: BTreeMap::new(),
             usage: UsageCounter::default(),
+            echo: None,
         }
+    }
+
+    /// Every choice's content starts with `echo` (a stream sends it in the role chunk).
+    pub fn with_echo(mut self, echo: Option<String>) -> Self {
+        self.echo = echo;
+        self
+    }
+
+    /// The first chunk's choices: each choice's role, with the echoed text as its content.
+    pub fn role_choices(&self, n: usize) -> Vec<Value> {
+        crate::format::chat_role_choices(n, self.echo.as_deref().unwrap_or(""))
+    }
+
+    /// A finished choice, its content after the echoed text.
+    pub fn choice(&self, tok: &Tokenizer, o: &CompletionOutput) -> Value {
+        let mut choice = self.reply_choice(tok, o);
+        if let Some(echo) = &self.echo {
+            let content = &mut choice["message"]["content"];
+            *content = format!("{echo}{}", content.as_str().unwrap_or_default()).into();
+        }
+        choice
     }
 
     fn fresh(&self, plan: &ToolPlan, choice: usize) -> ToolStream {
@@ -38,7 +62,7 @@ impl ChatReplies {
     }
 
     /// A finished choice: `message.content` and `message.tool_calls`.
-    pub fn choice(&self, tok: &Tokenizer, o: &CompletionOutput) -> Value {
+    fn reply_choice(&self, tok: &Tokenizer, o: &CompletionOutput) -> Value {
         let Some(plan) = &self.plan else {
             return chat_choice(tok, o);
         };
@@ -52,6 +76,7 @@ impl ChatReplies {
             "message": message,
             "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(tok, l)),
             "finish_reason": read.finish_reason(finish_reason(o.finish_reason)),
+            "stop_reason": o.stop_reason,
         })
     }
 
@@ -64,11 +89,14 @@ impl ChatReplies {
         if out.finished() {
             self.usage.add_prompt(out);
         }
-        let mut pieces: Vec<(usize, &str, Value, Option<&'static str>)> = Vec::new();
+        type Piece<'a> = (usize, &'a str, Value, Option<(&'static str, Value)>);
+        let mut pieces: Vec<Piece> = Vec::new();
         for d in &out.deltas {
             self.usage.completion += d.new_token_ids.len();
             let logprobs = (!d.logprobs.is_empty()).then(|| chat_logprobs(tok, &d.logprobs));
-            let reason = d.finish_reason.map(finish_reason);
+            let reason = d
+                .finish_reason
+                .map(|r| (finish_reason(r), json!(d.stop_reason)));
             pieces.push((d.index, &d.text_delta, json!(logprobs), reason));
         }
         if out.deltas.is_empty() {
@@ -79,7 +107,7 @@ impl ChatReplies {
                     o.index,
                     &o.text,
                     Value::Null,
-                    Some(finish_reason(o.finish_reason)),
+                    Some((finish_reason(o.finish_reason), json!(o.stop_reason))),
                 ));
             }
         }
@@ -103,9 +131,9 @@ impl ChatReplies {
                     "logprobs": null, "finish_reason": null}),
                 );
             }
-            if let Some(r) = reason {
+            if let Some((r, stop_reason)) = reason {
                 choices.push(json!({"index": index, "delta": {}, "logprobs": null,
-                    "finish_reason": stream.finish_reason(r)}));
+                    "finish_reason": stream.finish_reason(r), "stop_reason": stop_reason}));
             }
         }
         choices
