@@ -111,7 +111,7 @@ fn stream_one(
                 for o in outputs {
                     writeln!(
                         stdout,
-                        "--- output {} ({:?})\n{}",
+                        "--- output {} ({})\n{}",
                         o.index, o.finish_reason, o.text
                     )?;
                 }
@@ -120,7 +120,7 @@ fn stream_one(
             let (prefill, decode) = speeds(&out.metrics);
             let first = &outputs[0];
             eprintln!(
-                "prompt tokens: {} | generated tokens: {} | finish: {:?} | prefill: {prefill:.1} tok/s | decode: {decode:.1} tok/s | backend: {backend_name}",
+                "prompt tokens: {} | generated tokens: {} | finish: {} | prefill: {prefill:.1} tok/s | decode: {decode:.1} tok/s | backend: {backend_name}",
                 prompt_token_ids.len(),
                 out.metrics.num_output_tokens,
                 first.finish_reason,

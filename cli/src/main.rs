@@ -8,6 +8,7 @@ mod parallel;
 mod prompts_file;
 mod sampling_args;
 mod serve;
+mod vllm;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -15,6 +16,9 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "infer", version, about = "LLM inference and serving engine")]
 struct Cli {
+    /// Log lines as text (colours only on a terminal) or as JSON objects, one per line.
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -24,21 +28,47 @@ enum Command {
     /// Generate text from a prompt (streamed) or from a JSONL file of prompts (batched).
     Generate(generate::GenerateArgs),
     /// OpenAI-compatible HTTP server (completions, chat, models, tokenize, metrics, chat page at /).
+    /// Takes vLLM's command line: `infer serve MODEL --dtype auto --api-key KEY ...`.
+    #[command(args_override_self = true)]
     Serve(serve::ServeArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }
 
+/// Logs to stderr: `INFER_LOG` filters (default: `info` for the server, whose access and
+/// engine lines operators read, as vLLM's; `warn` otherwise); colours only on a terminal.
+fn init_logs(json: bool, serving: bool) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("INFER_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(if serving { "info" } else { "warn" })
+    });
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("INFER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse_from(parallel::normalize_args(std::env::args()));
+    let args = match vllm::rewrite(parallel::normalize_args(std::env::args())) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let cli = Cli::parse_from(args.args);
+    init_logs(
+        cli.log_format == "json",
+        matches!(cli.command, Command::Serve(_)),
+    );
+    for note in &args.notes {
+        tracing::info!("{note}");
+    }
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);

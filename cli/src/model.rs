@@ -198,9 +198,19 @@ pub struct ModelArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Cap the context length (default: the model's, lowered if the KV pool is smaller).
-    #[arg(long)]
+    /// Cap the context length (default: the model's, lowered if the KV pool is smaller);
+    /// `4k` = 4000 and `4K` = 4096, as vLLM reads them.
+    #[arg(long, value_parser = crate::vllm::human_int)]
     pub max_model_len: Option<usize>,
+    /// The type activations and GPU weights are computed in (vLLM's --dtype): `auto` (the
+    /// backend's: f32 on CPU, f16 weights on GPUs), `float32`/`float` (f32 GPU weights, as
+    /// --wgpu-weights / --cuda-weights f32), `float16`/`half` (GPUs only). `bfloat16` is not
+    /// supported.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "half", "float16", "float", "float32", "bfloat16"])]
+    pub dtype: String,
+    /// Most top logprobs a request may ask for per token (vLLM's --max-logprobs).
+    #[arg(long, default_value_t = infer_core::sampling::MAX_LOGPROBS)]
+    pub max_logprobs: usize,
     /// Speculative decoding, as vLLM spells it: '{"method": "ngram", "num_speculative_tokens":
     /// 4, "prompt_lookup_max": 4}' or '{"model": DRAFT, "num_speculative_tokens": 4}' (a
     /// draft with the target's tokenizer); "disable_by_batch_size": N turns it off for steps
@@ -296,8 +306,26 @@ impl ModelArgs {
         }))
     }
 
+    /// `--dtype` on the chosen backend: the weight storage it picks (`None`: the backend's
+    /// own flags), or why it cannot be honoured.
+    fn dtype_weights_f32(&self) -> Result<Option<bool>> {
+        let dtype = self.dtype.as_str();
+        match (dtype, self.backend) {
+            ("auto", _) => Ok(None),
+            ("bfloat16", _) => {
+                bail!("--dtype bfloat16 is not supported: use float16 (GPUs) or float32")
+            }
+            ("float" | "float32", _) => Ok(Some(true)),
+            ("half" | "float16", BackendKind::Cpu) => bail!(
+                "--dtype {dtype}: the CPU backend computes in float32 (use --dtype auto or float32)"
+            ),
+            (_, _) => Ok(Some(false)),
+        }
+    }
+
     fn on_backend(&self, role: Role) -> Result<Option<(AnyEngine, Arc<Tokenizer>, String)>> {
         self.speculative_config()?;
+        let f32_weights = self.dtype_weights_f32()?;
         init_threads(self.threads)?;
         let group = parallel::group();
         match self.backend {
@@ -309,14 +337,19 @@ impl ModelArgs {
                 self.engine_on(backend, role)
             }
             BackendKind::Wgpu => {
-                let backend = WgpuBackend::new(self.wgpu_weights.storage())?;
+                let storage = match f32_weights {
+                    Some(true) => WeightStorage::F32,
+                    Some(false) => WeightStorage::F16,
+                    None => self.wgpu_weights.storage(),
+                };
+                let backend = WgpuBackend::new(storage)?;
                 tracing::info!(adapter = %backend.context().adapter_name(), "wgpu");
                 self.engine_on(backend, role)
             }
             BackendKind::Cuda => {
-                let weights = match self.cuda_weights {
-                    CudaWeights::F16 => infer_cuda::CudaWeights::F16,
-                    CudaWeights::F32 => infer_cuda::CudaWeights::F32,
+                let weights = match (f32_weights, self.cuda_weights) {
+                    (Some(true), _) | (None, CudaWeights::F32) => infer_cuda::CudaWeights::F32,
+                    (Some(false), _) | (None, CudaWeights::F16) => infer_cuda::CudaWeights::F16,
                 };
                 // Each rank of a node takes the next device.
                 let device = self.cuda_device
@@ -364,7 +397,7 @@ impl ModelArgs {
             (Role::Leader, group) => {
                 let speculation =
                     self.speculation(&backend, &model, &tokenizer, group.is_some())?;
-                let engine = self.engine.options()?.build(
+                let mut engine = self.engine.options()?.build(
                     backend,
                     model,
                     Some(tokenizer.clone()),
@@ -372,6 +405,8 @@ impl ModelArgs {
                     group,
                     speculation,
                 )?;
+                engine.set_max_logprobs(self.max_logprobs);
+                engine.set_priority_scheduling(self.engine.scheduling_policy == "priority");
                 Ok(Some((engine, tokenizer, name)))
             }
         }

@@ -120,16 +120,30 @@ pub fn run(
             writeln!(stdout, "{obj}")?;
         } else {
             for o in &r.outputs {
-                writeln!(stdout, "--- {} ({:?})\n{}", i + 1, o.finish_reason, o.text)?;
+                writeln!(stdout, "--- {} ({})\n{}", i + 1, o.finish_reason, o.text)?;
             }
         }
     }
     if args.json {
         writeln!(stdout, "{summary}")?;
     } else {
-        eprintln!("{summary}");
+        eprintln!("{}", summary_line(&summary["summary"]));
     }
     Ok(())
+}
+
+/// The summary as one readable line (the JSON form is for `--json`).
+fn summary_line(s: &serde_json::Value) -> String {
+    format!(
+        "requests: {} | prompt tokens: {} | output tokens: {} | {:.2} s | {:.1} output tok/s | preemptions: {} | prefix-cache hit tokens: {}",
+        s["requests"],
+        s["prompt_tokens"],
+        s["output_tokens"],
+        s["elapsed_s"].as_f64().unwrap_or(0.0),
+        s["output_tokens_per_s"].as_f64().unwrap_or(0.0),
+        s["preemptions"],
+        s["prefix_cache_hit_tokens"],
+    )
 }
 
 /// Fraction of block-table entries served by shared blocks, averaged over steps.

@@ -8,11 +8,13 @@ use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Args)]
 pub struct SamplingArgs {
-    #[arg(long, default_value_t = 256)]
-    pub max_tokens: usize,
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens: u64,
     /// Output tokens before EOS / stop conditions may end a sequence.
-    #[arg(long, default_value_t = 0)]
-    pub min_tokens: usize,
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u64).range(0..))]
+    pub min_tokens: u64,
     /// 0 samples greedily.
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f32,
@@ -42,6 +44,15 @@ pub struct SamplingArgs {
     /// A string that ends generation (not included in the text); repeatable.
     #[arg(long)]
     pub stop: Vec<String>,
+    /// Keep the stop string that ended the output in the text.
+    #[arg(long)]
+    pub include_stop_str_in_output: bool,
+    /// A word the output may not contain; repeatable (vLLM's `bad_words`).
+    #[arg(long, value_name = "WORD")]
+    pub bad_words: Vec<String>,
+    /// Only these token ids may be generated, comma-separated (vLLM's `allowed_token_ids`).
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_token_ids: Vec<u32>,
     /// Token ids that end generation, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub stop_token_ids: Vec<u32>,
@@ -106,11 +117,16 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             logit_bias,
             seed: self.seed,
-            max_tokens: Some(max_tokens.unwrap_or(self.max_tokens)),
-            min_tokens: self.min_tokens,
+            max_tokens: Some(max_tokens.unwrap_or(self.max_tokens as usize)),
+            min_tokens: self.min_tokens as usize,
             stop: self.stop.clone(),
             stop_token_ids: self.stop_token_ids.clone(),
             ignore_eos: self.ignore_eos,
+            include_stop_str_in_output: self.include_stop_str_in_output,
+            bad_words: self.bad_words.clone(),
+            allowed_token_ids: (!self.allowed_token_ids.is_empty())
+                .then(|| self.allowed_token_ids.clone()),
+            priority: 0,
             skip_special_tokens: !self.keep_special_tokens,
             logprobs: self.logprobs,
             prompt_logprobs: self.prompt_logprobs,

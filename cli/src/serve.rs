@@ -5,13 +5,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use infer_web::api::defaults::RequestDefaults;
 use infer_web::api::prepare::ChatLimits;
 use infer_web::api::tools::ToolCallParser;
 use infer_web::budget::Budget;
 use infer_web::cors::parse_list;
-use infer_web::{CorsConfig, EngineHandle, Metrics, ServeOptions, ServerState};
+use infer_web::{
+    CorsConfig, EngineHandle, HttpOptions, LoopOptions, Metrics, ServeOptions, ServerState,
+};
 
 use crate::model::ModelArgs;
 
@@ -19,6 +22,64 @@ use crate::model::ModelArgs;
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Flags from a YAML file (vLLM's): `max-model-len: 4k`, `enable-prefix-caching: true`,
+    /// `model: ...`; the command line wins over it.
+    #[arg(long, value_name = "FILE.yaml")]
+    pub config: Option<std::path::PathBuf>,
+    /// Seeds the draws of requests that bring no seed (vLLM's --seed): the same requests in
+    /// the same order give the same outputs on every run. Default: fresh entropy.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Where default sampling parameters come from (vLLM's): `auto` (the model's
+    /// generation_config.json, when it has one), `vllm` (none: OpenAI's defaults), or a
+    /// folder holding a generation_config.json. Its temperature, top_p, top_k, min_p and
+    /// repetition_penalty fill what requests leave out; max_new_tokens caps every request.
+    #[arg(long, default_value = "auto")]
+    pub generation_config: String,
+    /// JSON over the generation config (vLLM's): '{"temperature": 0.5}'.
+    #[arg(long, value_name = "JSON")]
+    pub override_generation_config: Option<String>,
+    /// Chat-template variables every request gets under its own `chat_template_kwargs`
+    /// (vLLM's): '{"enable_thinking": false}'.
+    #[arg(long, value_name = "JSON")]
+    pub default_chat_template_kwargs: Option<String>,
+    /// Read JSON schemas as JSON Schema does: an object allows properties it does not list
+    /// unless it says `additionalProperties: false`. Default: as vLLM does, it allows none.
+    #[arg(long)]
+    pub strict_json_schema: bool,
+    /// No periodic engine line (vLLM's).
+    #[arg(long)]
+    pub disable_log_stats: bool,
+    /// Seconds between engine lines (throughput, queues, KV cache usage, prefix-cache hits).
+    #[arg(long, default_value_t = 10.0)]
+    pub log_stats_interval: f64,
+    /// Log each request as it is admitted: id, prompt length, parameters and prompt ids up
+    /// to --max-log-len (vLLM's; off by default).
+    #[arg(long, overrides_with = "disable_log_requests")]
+    pub enable_log_requests: bool,
+    /// Do not log requests (the default; vLLM's).
+    #[arg(long, overrides_with = "enable_log_requests")]
+    pub disable_log_requests: bool,
+    /// Prompt token ids shown per logged request (default: all).
+    #[arg(long)]
+    pub max_log_len: Option<usize>,
+    /// The access log's threshold, as uvicorn's: access lines are `info`, so `warning` and
+    /// above hide them.
+    #[arg(long, default_value = "info", value_parser = ["critical", "error", "warning", "info", "debug", "trace"])]
+    pub uvicorn_log_level: String,
+    /// No access log (one line per request: method, path, status, latency, request id).
+    #[arg(long)]
+    pub disable_uvicorn_access_log: bool,
+    /// Paths with no access line, comma-separated (`/health,/metrics`).
+    #[arg(long, value_name = "PATHS")]
+    pub disable_access_log_for_endpoints: Option<String>,
+    /// A path prefix a proxy in front leaves on requests (`/api`): `/api/v1/...` is served
+    /// as `/v1/...`.
+    #[arg(long)]
+    pub root_path: Option<String>,
+    /// Every response carries `X-Request-Id` (the request's own, or a fresh one).
+    #[arg(long)]
+    pub enable_request_id_headers: bool,
     /// Address to bind (127.0.0.1: this machine only).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
@@ -65,8 +126,9 @@ pub struct ServeArgs {
     /// CORS request headers (default: the ones OpenAI clients send).
     #[arg(long, default_value = "*")]
     pub allowed_headers: String,
-    /// CORS: allow credentials (cookies, HTTP auth) on cross-origin calls.
-    #[arg(long)]
+    /// CORS: allow credentials (cookies, HTTP auth) on cross-origin calls (also vLLM's
+    /// --allow-credentials).
+    #[arg(long, alias = "allow-credentials")]
     pub allowed_credentials: bool,
     /// The time a step should take when --max-num-batched-tokens is not given: the token
     /// budget follows the measured cost of a token, so long prompts are admitted in chunks
@@ -146,6 +208,89 @@ async fn shutdown_signal() {
     }
 }
 
+/// `--generation-config` and `--override-generation-config` (and the default template
+/// variables) as the server's request defaults.
+fn request_defaults(args: &ServeArgs) -> Result<RequestDefaults> {
+    let model = &args.model.model;
+    let file = match args.generation_config.as_str() {
+        "vllm" => None,
+        "auto" => {
+            let dir = std::path::Path::new(model);
+            let dir = if dir.is_dir() {
+                Some(dir.to_path_buf())
+            } else if dir.exists() {
+                None // a GGUF file: no generation config beside it is read
+            } else {
+                match infer_core::hub::resolve(model) {
+                    Ok(infer_core::hub::ModelLocation::HfDir(d)) => Some(d),
+                    _ => None,
+                }
+            };
+            dir.map(|d| d.join("generation_config.json"))
+                .filter(|f| f.is_file())
+        }
+        folder => {
+            let f = std::path::Path::new(folder).join("generation_config.json");
+            if !f.is_file() {
+                bail!("--generation-config {folder}: no generation_config.json there");
+            }
+            Some(f)
+        }
+    };
+    let json_object =
+        |flag: &str, text: &str| -> Result<serde_json::Map<String, serde_json::Value>> {
+            match serde_json::from_str(text) {
+                Ok(serde_json::Value::Object(m)) => Ok(m),
+                Ok(_) => bail!("{flag}: expected a JSON object"),
+                Err(e) => bail!("{flag}: not JSON: {e}"),
+            }
+        };
+    let mut defaults = RequestDefaults::default();
+    if let Some(f) = &file {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let config = json_object(&f.display().to_string(), &text)?;
+        defaults = defaults
+            .with_generation_config(&config)
+            .map_err(|e| anyhow!("{}: {e}", f.display()))?;
+    }
+    if let Some(text) = &args.override_generation_config {
+        let config = json_object("--override-generation-config", text)?;
+        defaults = defaults
+            .with_generation_config(&config)
+            .map_err(|e| anyhow!("--override-generation-config: {e}"))?;
+    }
+    if let Some(d) = defaults.describe() {
+        tracing::warn!(
+            "default sampling parameters from the generation config: {d} (requests' own values win; --generation-config vllm for none)"
+        );
+    }
+    if let Some(text) = &args.default_chat_template_kwargs {
+        defaults.chat_template_kwargs = json_object("--default-chat-template-kwargs", text)?;
+    }
+    Ok(defaults)
+}
+
+/// The HTTP layer's flags.
+fn http_options(args: &ServeArgs) -> HttpOptions {
+    let quiet = matches!(
+        args.uvicorn_log_level.as_str(),
+        "critical" | "error" | "warning"
+    );
+    HttpOptions {
+        access_log: (!args.disable_uvicorn_access_log && !quiet).then_some(tracing::Level::INFO),
+        access_log_skip: args
+            .disable_access_log_for_endpoints
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect(),
+        root_path: args.root_path.clone(),
+        request_id_headers: args.enable_request_id_headers,
+    }
+}
+
 /// The --model value, as vLLM names the model; an absolute path is cut to its last part, so
 /// routes open without the key (`/metrics` labels) do not disclose where the model lives.
 fn default_served_name(model: &str) -> String {
@@ -161,6 +306,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .served_model_name
         .clone()
         .unwrap_or_else(|| default_served_name(&args.model.model));
+    let defaults = request_defaults(&args)?;
+    let http = http_options(&args);
     let model = args.model;
     let gguf = std::path::PathBuf::from(&model.model);
     let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
@@ -189,19 +336,33 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if args.enable_auto_tool_choice && args.tool_call_parser == "none" {
         anyhow::bail!("--enable-auto-tool-choice needs a --tool-call-parser other than none");
     }
+    if !args.log_stats_interval.is_finite() || args.log_stats_interval <= 0.0 {
+        bail!("--log-stats-interval must be a positive number of seconds");
+    }
+    let loop_options = LoopOptions {
+        max_waiting: args.max_waiting,
+        log_stats: (!args.disable_log_stats)
+            .then(|| Duration::from_secs_f64(args.log_stats_interval)),
+        log_requests: args
+            .enable_log_requests
+            .then(|| args.max_log_len.unwrap_or(usize::MAX)),
+    };
+    let (seed, strict_schema) = (args.seed, args.strict_json_schema);
     let step_target = (model.engine.max_num_batched_tokens.is_none() && args.step_target_ms > 0)
         .then(|| Duration::from_millis(args.step_target_ms));
     let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
         move || {
             let (mut engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
             engine.set_step_target(step_target);
+            engine.set_seed(seed);
+            engine.set_strict_json_schema(strict_schema);
             if let Err(e) = engine.prepare_structured_outputs() {
                 tracing::warn!("structured outputs and tool choice will fail: {e}");
             }
             let max_model_len = engine.config().max_model_len;
             Ok((engine, (tokenizer, backend, max_model_len)))
         },
-        args.max_waiting,
+        loop_options,
         metrics.clone(),
     )
     .map_err(|e| anyhow!(e))?;
@@ -218,7 +379,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_model_file(gguf)
         .with_tool_parser(parser)
         .with_cors(cors)
-        .with_limits(limits, budget),
+        .with_limits(limits, budget)
+        .with_defaults(defaults),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -231,6 +393,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
             max_connections: args.max_connections.max(1),
             shutdown_grace: Duration::from_secs(args.shutdown_grace),
+            http,
             ..ServeOptions::default()
         };
         let (local, server) =

@@ -30,6 +30,22 @@ pub enum FinishReason {
     Length,
 }
 
+impl FinishReason {
+    /// The API's name for it (`stop`, `length`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct GenerationOutput {
     pub prompt_token_ids: Vec<u32>,

@@ -143,6 +143,15 @@ pub fn ok(out: &Output) -> String {
 /// Starts `infer serve` (`exe`, offline) with `args` plus `--port 0`; returns the process and
 /// the base URL it says it listens on (stderr's `infer serve: URL` line).
 pub fn spawn_serve(exe: &str, args: &[&str]) -> (Child, String) {
+    let (child, url, _) = spawn_serve_logged(exe, args);
+    (child, url)
+}
+
+/// `spawn_serve`, also returning the server's log (stderr) as it grows.
+pub fn spawn_serve_logged(
+    exe: &str,
+    args: &[&str],
+) -> (Child, String, std::sync::Arc<std::sync::Mutex<String>>) {
     let mut child = Command::new(exe)
         .arg("serve")
         .args(args)
@@ -152,26 +161,30 @@ pub fn spawn_serve(exe: &str, args: &[&str]) -> (Child, String) {
         .stdout(Stdio::null())
         .spawn()
         .expect("starting infer serve");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
     let mut line = String::new();
     while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+        log.lock().unwrap().push_str(&line);
         if let Some(rest) = line.trim().strip_prefix("infer serve: ") {
             if let Some(url) = rest.split_whitespace().next() {
                 // The rest of the server's log goes to the test's (shown when it fails); an
                 // unread pipe would fill, or break, under the server.
+                let kept = log.clone();
                 std::thread::spawn(move || {
                     let mut line = String::new();
                     while stderr.read_line(&mut line).unwrap_or(0) > 0 {
                         eprint!("[serve] {line}");
+                        kept.lock().unwrap().push_str(&line);
                         line.clear();
                     }
                 });
-                return (child, url.to_string());
+                return (child, url.to_string(), log);
             }
         }
         line.clear();
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("no address on stderr; last line {line:?}");
+    panic!("no address on stderr; log:\n{}", log.lock().unwrap());
 }

@@ -37,11 +37,14 @@ fn prompt(tok: &Tokenizer, question: &str) -> Prompt {
     Prompt::Tokens(tok.encode(&text, false).unwrap())
 }
 
-/// Runs the requests; (id, text, token ids, stop reason) in the order they finished.
+/// A finished request: id, text, token ids, stop reason, finish reason.
+type Done = (String, String, Vec<u32>, Option<StopReason>, FinishReason);
+
+/// Runs the requests; each in the order they finished.
 fn run<E: infer_core::Executor>(
     engine: &mut Engine<E>,
     requests: Vec<(&str, Prompt, SamplingParams)>,
-) -> Vec<(String, String, Vec<u32>, Option<StopReason>, FinishReason)> {
+) -> Vec<Done> {
     for (id, p, params) in requests {
         engine.add_request(id, p, params).unwrap();
     }

@@ -96,7 +96,7 @@ pub fn json<T: serde::de::DeserializeOwned + Send + 'static>(
                 let slot = budget.preparing(big).await.map_err(warp::reject::custom)?;
                 // Parsing a large body takes tens of milliseconds: off the async workers.
                 let parsed = tokio::task::spawn_blocking(move || {
-                    let parsed = serde_json::from_slice::<T>(&bytes);
+                    let parsed = infer_api::fields::parse_body::<T>(&bytes);
                     drop((bytes, charge));
                     parsed
                 })
@@ -107,9 +107,7 @@ pub fn json<T: serde::de::DeserializeOwned + Send + 'static>(
                         format!("parsing the body failed: {e}"),
                     ))
                 })?;
-                let value = parsed.map_err(|e| {
-                    warp::reject::custom(ApiError::bad_request(format!("invalid JSON body: {e}")))
-                })?;
+                let value = parsed.map_err(|e| warp::reject::custom(ApiError(e)))?;
                 Ok(Parsed { value, slot })
             }
         })

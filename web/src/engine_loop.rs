@@ -83,10 +83,36 @@ pub struct EngineHandle {
     grammars: Option<Arc<GrammarCompiler>>,
 }
 
+/// How the engine thread runs and what it logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopOptions {
+    /// Waiting requests beyond which new ones are refused (0: no limit).
+    pub max_waiting: usize,
+    /// vLLM's periodic engine line (`stats_log`), every this long; `None`:
+    /// `--disable-log-stats`.
+    pub log_stats: Option<std::time::Duration>,
+    /// vLLM's `--enable-log-requests`: each admitted request's id, prompt length, parameters
+    /// and its prompt ids cut to this many (`--max-log-len`); `None`: not logged.
+    pub log_requests: Option<usize>,
+}
+
+impl LoopOptions {
+    /// No logs; `max_waiting` as given.
+    pub fn quiet(max_waiting: usize) -> Self {
+        LoopOptions {
+            max_waiting,
+            log_stats: None,
+            log_requests: None,
+        }
+    }
+}
+
 struct Loop<E: Executor> {
     engine: Engine<E>,
     streams: HashMap<String, tmpsc::UnboundedSender<Event>>,
     max_waiting: usize,
+    log_requests: Option<usize>,
+    stats_log: Option<crate::stats_log::StatsLog>,
     metrics: Arc<Metrics>,
     /// The stats behind the metrics' last update (counters grow by the difference).
     last_stats: EngineStats,
@@ -100,7 +126,7 @@ impl EngineHandle {
     /// `max_waiting` bounds the waiting queue (0 = unbounded); `metrics` follow the engine.
     pub fn start<E, T>(
         build: impl FnOnce() -> Result<(Engine<E>, T), String> + Send + 'static,
-        max_waiting: usize,
+        options: LoopOptions,
         metrics: Arc<Metrics>,
     ) -> Result<(Self, T), String>
     where
@@ -126,10 +152,15 @@ impl EngineHandle {
                 };
                 metrics.record_cache_config(engine.config());
                 let last_stats = engine.stats();
+                let stats_log = options
+                    .log_stats
+                    .map(|every| crate::stats_log::StatsLog::new(every, &last_stats));
                 Loop {
                     engine,
                     streams: HashMap::new(),
-                    max_waiting,
+                    max_waiting: options.max_waiting,
+                    log_requests: options.log_requests,
+                    stats_log,
                     metrics,
                     last_stats,
                     last_output: HashMap::new(),
@@ -228,9 +259,21 @@ impl<E: Executor> Loop<E> {
                     }
                 }
             } else {
-                match rx.recv() {
-                    Ok(c) => Some(c),
-                    Err(_) => return,
+                // Idle: wake for the engine line still owed for the last work, if any.
+                let due = self
+                    .stats_log
+                    .as_ref()
+                    .and_then(|l| l.due_in(&self.last_stats));
+                match due {
+                    None => match rx.recv() {
+                        Ok(c) => Some(c),
+                        Err(_) => return,
+                    },
+                    Some(wait) => match rx.recv_timeout(wait) {
+                        Ok(c) => Some(c),
+                        Err(mpsc::RecvTimeoutError::Timeout) => None,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    },
                 }
             };
             let mut next = first;
@@ -250,6 +293,9 @@ impl<E: Executor> Loop<E> {
 
     fn update_metrics(&mut self) {
         let now = self.engine.stats();
+        if let Some(log) = &mut self.stats_log {
+            log.tick(&now, !self.engine.has_unfinished());
+        }
         self.metrics.record_engine(&now, &self.last_stats);
         self.last_stats = now;
     }
@@ -314,6 +360,17 @@ impl<E: Executor> Loop<E> {
             events,
         ) in requests
         {
+            if let Some(max) = self.log_requests {
+                let shown = &r.prompt[..r.prompt.len().min(max)];
+                tracing::info!(
+                    target: "infer::requests",
+                    request_id = %r.id,
+                    prompt_tokens = r.prompt.len(),
+                    params = ?r.params,
+                    prompt_token_ids = ?shown,
+                    "received request"
+                );
+            }
             let added_now =
                 self.engine
                     .add_request_compiled(r.id.clone(), r.prompt, r.params, grammar);

@@ -10,18 +10,21 @@ mod completions;
 pub mod cors;
 pub mod engine_loop;
 pub mod errors;
+mod http_log;
 mod listen;
 pub mod metrics;
 mod router_probes;
 mod routes;
 mod state;
+mod stats_log;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use body::MAX_BODY_BYTES;
 pub use cors::CorsConfig;
-pub use engine_loop::{EngineHandle, SubmitError};
+pub use engine_loop::{EngineHandle, LoopOptions, SubmitError};
+pub use http_log::HttpOptions;
 pub use listen::{raise_open_file_limit, ServeOptions};
 pub use metrics::Metrics;
 pub use routes::routes;

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use warp::filters::BoxedFilter;
@@ -17,8 +16,8 @@ use warp::reply::Response;
 
 use crate::state::ServerState;
 
-/// Connection limits and shutdown timing.
-#[derive(Debug, Clone, Copy)]
+/// Connection limits, shutdown timing and the HTTP layer's options.
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// A request's headers must arrive within this; an idle keep-alive connection is closed
     /// after it too.
@@ -31,6 +30,8 @@ pub struct ServeOptions {
     /// beyond it has its SYNs dropped and retried a second later, so it is set well above
     /// the usual 1024 (the kernel lowers it to `net.core.somaxconn`).
     pub listen_backlog: u32,
+    /// Root path, access log, request-id headers.
+    pub http: crate::http_log::HttpOptions,
 }
 
 impl Default for ServeOptions {
@@ -40,6 +41,7 @@ impl Default for ServeOptions {
             max_connections: 4096,
             shutdown_grace: Duration::from_secs(5),
             listen_backlog: 4096,
+            http: crate::http_log::HttpOptions::default(),
         }
     }
 }
@@ -103,6 +105,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let service = warp::service(app);
+    let layer = crate::http_log::HttpLayer::new(options.http.clone());
     let graceful = GracefulShutdown::new();
     let cap = connection_cap(options.max_connections);
     let permits = Arc::new(Semaphore::new(cap));
@@ -139,10 +142,10 @@ pub async fn serve(
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(options.header_read_timeout)
-            .serve_connection(
-                TokioIo::new(stream),
-                TowerToHyperService::new(service.clone()),
-            );
+            .serve_connection(TokioIo::new(stream), {
+                let (service, layer) = (service.clone(), layer.clone());
+                hyper::service::service_fn(move |req| layer.clone().call(service.clone(), req))
+            });
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -32,6 +32,8 @@ pub struct ServerState {
     pub cors: Option<CorsConfig>,
     /// Bounds on a chat request, checked before it is rendered.
     pub limits: ChatLimits,
+    /// What requests leave out (`--generation-config`, `--default-chat-template-kwargs`).
+    pub defaults: infer_api::defaults::RequestDefaults,
     /// Bodies held and requests prepared at once.
     pub budget: Arc<Budget>,
 }
@@ -64,12 +66,19 @@ impl ServerState {
             tool_parser: None,
             cors: None,
             limits: ChatLimits::default(),
+            defaults: Default::default(),
             budget: Budget::new(
                 crate::budget::DEFAULT_BODY_MIB,
                 crate::budget::default_preparing(),
                 crate::budget::DEFAULT_PREPARE_WAIT,
             ),
         }
+    }
+
+    /// Defaults for what requests leave out.
+    pub fn with_defaults(mut self, defaults: infer_api::defaults::RequestDefaults) -> Self {
+        self.defaults = defaults;
+        self
     }
 
     /// Request bounds: chat limits, and the budget of bodies and preparations in flight.
@@ -111,6 +120,7 @@ impl ServerState {
             max_model_len: self.max_model_len,
             tool_parser: self.tool_parser,
             limits: self.limits,
+            defaults: &self.defaults,
         }
     }
 

@@ -27,6 +27,9 @@ pub struct EngineOptions {
     pub num_kv_blocks: Option<usize>,
     /// The KV pool's byte budget where the backend cannot report its memory (CPU).
     pub kv_cache_bytes: u64,
+    /// Whether `kv_cache_bytes` holds on every backend (vLLM's `--kv-cache-memory-bytes`),
+    /// instead of the share of device memory where the backend reports it.
+    pub kv_cache_bytes_exact: bool,
     /// Where it can: the share of the device memory left after the weights and a profiled
     /// worst-case step that the pool takes.
     pub gpu_memory_utilization: f64,
@@ -105,6 +108,7 @@ impl EngineOptions {
         self.scheduler.validate()?;
         let budget = match (self.num_kv_blocks, backend.device_memory()) {
             (Some(n), _) => KvBudget::Blocks(n),
+            (None, _) if self.kv_cache_bytes_exact => KvBudget::Bytes(self.kv_cache_bytes),
             (None, Some(_)) => KvBudget::DeviceFraction(self.gpu_memory_utilization),
             (None, None) => KvBudget::Bytes(self.kv_cache_bytes),
         };

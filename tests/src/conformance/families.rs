@@ -148,6 +148,7 @@ pub fn engine_greedy<B: Backend + Clone + 'static>(
         block_size: 4,
         num_kv_blocks: Some(blocks),
         kv_cache_bytes: 0,
+        kv_cache_bytes_exact: false,
         gpu_memory_utilization: 0.9,
         // Room to swap every request out.
         swap_bytes: 1 << 22,

@@ -10,6 +10,51 @@ use crate::types::{
     ChatMessageIn, MessageContent, SamplingFields, StructuredFields, IGNORED_FIELDS,
 };
 
+/// A request body as `T`; a body that does not parse is a 400 whose `param` is the field at
+/// fault (`messages[0].content`), where the error is in one, and whose message says what was
+/// expected there.
+pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, RequestError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let parsed: Result<T, _> = serde_path_to_error::deserialize(&mut de);
+    let value = parsed.map_err(|e| {
+        let mut path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." || path.contains('?') {
+            path = flattened_field(bytes).unwrap_or_default();
+        }
+        let located = !path.is_empty();
+        // serde's message ends with the byte position, which says nothing to a client
+        // that names fields.
+        let what = inner.to_string();
+        let what = match what.rsplit_once(" at line ") {
+            Some((w, _)) if located => w.to_string(),
+            _ => what,
+        };
+        if located {
+            RequestError::bad_request(format!("invalid `{path}`: {what}")).param(&path)
+        } else {
+            RequestError::bad_request(format!("invalid JSON body: {what}"))
+        }
+    })?;
+    de.end()
+        .map_err(|e| RequestError::bad_request(format!("invalid JSON body: {e}")))?;
+    Ok(value)
+}
+
+/// The top-level field a type error is in when serde cannot say (fields of the flattened
+/// sampling and structured-output groups): each field alone through those groups' types.
+fn flattened_field(bytes: &[u8]) -> Option<String> {
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(bytes) else {
+        return None;
+    };
+    body.into_iter().find_map(|(k, v)| {
+        let alone = Value::Object([(k.clone(), v)].into_iter().collect());
+        let bad = serde_json::from_value::<SamplingFields>(alone.clone()).is_err()
+            || serde_json::from_value::<StructuredFields>(alone).is_err();
+        bad.then_some(k)
+    })
+}
+
 /// SGLang fields its router (sglang-router / sgl-model-gateway) writes into every request it
 /// forwards, at their defaults. Each is accepted only at the value that is what infer does
 /// anyway (`None`: any boolean; infer has no reasoning parser, so there is nothing to
@@ -200,6 +245,29 @@ mod tests {
 
     fn extra(v: Value) -> serde_json::Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        use crate::types::{ChatRequest, CompletionRequest};
+        let err = parse_body::<CompletionRequest>(br#"{"prompt": "x", "max_tokens": "ten"}"#)
+            .unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("max_tokens"), "{err:?}");
+        assert!(!err.message.contains("line 1"), "{err:?}");
+        let err = parse_body::<ChatRequest>(
+            br#"{"messages": [{"role": "user", "content": 5}], "temperature": 1}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.param
+                .as_deref()
+                .is_some_and(|p| p.starts_with("messages[0]")),
+            "{err:?}"
+        );
+        let err = parse_body::<ChatRequest>(br#"{"messages": [], "n": -1}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("n"), "{err:?}");
+        let err = parse_body::<ChatRequest>(b"{not json").unwrap_err();
+        assert_eq!(err.param, None, "{err:?}");
     }
 
     #[test]

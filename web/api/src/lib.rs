@@ -3,6 +3,7 @@
 //! chunks are made of (`format`). `infer serve` and the browser engine both use it, so a client
 //! gets the same objects from either.
 
+pub mod defaults;
 pub mod fields;
 pub mod format;
 pub mod prepare;

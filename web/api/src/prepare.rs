@@ -4,6 +4,7 @@
 
 use infer_core::{ChatMessage, InferError, SamplingParams, Tokenizer};
 
+use crate::defaults::RequestDefaults;
 use crate::fields::apply_common;
 pub use crate::fields::{chat_messages, check_extra_fields};
 use crate::tools::{self, prompt::write_into_messages, CallFormat, ToolCallParser, ToolPlan};
@@ -140,6 +141,8 @@ pub struct Served<'a> {
     /// How replies are read for tool calls with `tool_choice: "auto"` (`None`: refused).
     pub tool_parser: Option<ToolCallParser>,
     pub limits: ChatLimits,
+    /// What requests leave out (the model's generation config, default template variables).
+    pub defaults: &'a RequestDefaults,
 }
 
 /// Bounds on a chat request, checked on the parsed body before anything is rendered, so a
@@ -354,12 +357,14 @@ impl Served<'_> {
         // `echo` with `max_tokens: 0` scores the prompt alone: the engine generates one token
         // (prompt logprobs come with the first) and the reply drops it.
         let prompt_only = req.echo && req.max_tokens == Some(0);
-        let max_tokens = Some(if prompt_only {
-            1
+        let max_tokens = if prompt_only {
+            Some(1)
         } else {
-            req.max_tokens.unwrap_or(16)
-        });
-        let mut params = req.sampling.to_params(max_tokens, req.logprobs)?;
+            self.defaults.max_tokens(req.max_tokens, Some(16))
+        };
+        let mut params = req
+            .sampling
+            .to_params(max_tokens, req.logprobs, self.defaults)?;
         if req.echo && req.logprobs.is_some() {
             params.prompt_logprobs = req.logprobs;
         }
@@ -405,7 +410,7 @@ impl Served<'_> {
             )
             .param("chat_template"));
         }
-        let kwargs = template_kwargs(req);
+        let kwargs = template_kwargs(req, self.defaults);
         let tools = tools::setup(
             req.tools.as_deref(),
             req.tool_choice.as_ref(),
@@ -422,7 +427,9 @@ impl Served<'_> {
         // The rendered template already holds its special tokens (unless asked otherwise).
         let mut prompt = self.encode_rendered(&text, req.add_special_tokens.unwrap_or(false))?;
         self.truncate(&mut prompt, req.sampling.truncate_prompt_tokens)?;
-        let max_tokens = req.max_completion_tokens.or(req.max_tokens);
+        let max_tokens = self
+            .defaults
+            .max_tokens(req.max_completion_tokens.or(req.max_tokens), None);
         if let Some(k) = req.top_logprobs {
             // OpenAI's rules: 0..=20, and only with `logprobs: true`.
             let bad = |m: String| Err(RequestError::bad_request(m).param("top_logprobs"));
@@ -434,7 +441,9 @@ impl Served<'_> {
             }
         }
         let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
-        let mut params = req.sampling.to_params(max_tokens, logprobs)?;
+        let mut params = req
+            .sampling
+            .to_params(max_tokens, logprobs, self.defaults)?;
         if let Some(k) = req.prompt_logprobs {
             if req.sampling.stream {
                 return Err(RequestError::bad_request(
@@ -554,10 +563,13 @@ impl Served<'_> {
     }
 }
 
-/// The template's extra variables: vLLM's `documents` and `reasoning_effort`, then the
-/// request's `chat_template_kwargs` (which win, as in vLLM).
-fn template_kwargs(req: &ChatRequest) -> Option<serde_json::Map<String, serde_json::Value>> {
-    let mut kwargs = serde_json::Map::new();
+/// The template's extra variables: the server's defaults, vLLM's `documents` and
+/// `reasoning_effort`, then the request's `chat_template_kwargs` (which win, as in vLLM).
+fn template_kwargs(
+    req: &ChatRequest,
+    defaults: &RequestDefaults,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut kwargs = defaults.chat_template_kwargs.clone();
     if let Some(d) = &req.documents {
         kwargs.insert("documents".into(), serde_json::json!(d));
     }

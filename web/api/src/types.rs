@@ -109,11 +109,13 @@ pub struct SamplingFields {
 }
 
 impl SamplingFields {
-    /// The engine's parameters; `max_tokens` is `None` for "up to the context".
+    /// The engine's parameters (`max_tokens` `None`: up to the context); fields the request
+    /// leaves out come from `defaults` (the model's generation config), then OpenAI's.
     pub fn to_params(
         &self,
         max_tokens: Option<usize>,
         logprobs: Option<usize>,
+        defaults: &crate::defaults::RequestDefaults,
     ) -> Result<SamplingParams, InferError> {
         let d = SamplingParams::default();
         let mut logit_bias = std::collections::BTreeMap::new();
@@ -123,7 +125,7 @@ impl SamplingFields {
             })?;
             logit_bias.insert(id, *v);
         }
-        let top_k = match self.top_k {
+        let top_k = match self.top_k.or(defaults.top_k) {
             None | Some(-1) | Some(0) => 0,
             Some(k) if k > 0 => k as usize,
             Some(k) => {
@@ -156,11 +158,17 @@ impl SamplingFields {
             early_stopping: self.early_stopping.unwrap_or(false),
             // Beam search is deterministic: its temperature is 0 unless the request says
             // otherwise (which validation then refuses, naming it).
-            temperature: self.temperature.unwrap_or(if beam { 0.0 } else { 1.0 }),
-            top_p: self.top_p.unwrap_or(d.top_p),
+            temperature: self
+                .temperature
+                .or(if beam { None } else { defaults.temperature })
+                .unwrap_or(if beam { 0.0 } else { 1.0 }),
+            top_p: self.top_p.or(defaults.top_p).unwrap_or(d.top_p),
             top_k,
-            min_p: self.min_p.unwrap_or(d.min_p),
-            repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
+            min_p: self.min_p.or(defaults.min_p).unwrap_or(d.min_p),
+            repetition_penalty: self
+                .repetition_penalty
+                .or(defaults.repetition_penalty)
+                .unwrap_or(d.repetition_penalty),
             presence_penalty: self.presence_penalty.unwrap_or(0.0),
             frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
             logit_bias,

@@ -62,6 +62,7 @@ fn prompt_text(tok: &Tokenizer, parser: Option<ToolCallParser>, req: &ChatReques
         max_model_len: 2048,
         tool_parser: parser,
         limits: Default::default(),
+        defaults: infer_api::defaults::RequestDefaults::none(),
     };
     let prepared = served.chat(req).unwrap();
     tok.decode(&prepared.prompt, false).unwrap()
@@ -126,6 +127,7 @@ fn required_and_named_choices_constrain_the_output() {
         max_model_len: 2048,
         tool_parser: None,
         limits: Default::default(),
+        defaults: infer_api::defaults::RequestDefaults::none(),
     };
     let p = served
         .chat(&request(json!({"tool_choice": "required"})))

@@ -112,6 +112,7 @@ impl WebEngine {
                     block_size: BLOCK_SIZE,
                     num_kv_blocks: Some((mib << 20) / block_bytes),
                     kv_cache_bytes: 0,
+                    kv_cache_bytes_exact: false,
                     gpu_memory_utilization: 1.0,
                     swap_bytes: 0,
                     scheduler: SchedulerConfig {

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use infer_api::fields::parse_body;
 use infer_api::format::{
     completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, RunningUsage,
     UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
@@ -87,10 +88,6 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn body_error(e: serde_json::Error) -> RequestError {
-    RequestError::bad_request(format!("invalid request body: {e}"))
-}
-
 /// Engine request ids are `{client id}#{prompt index}`.
 fn split_engine_id(id: &str) -> Option<(&str, usize)> {
     let (client, index) = id.rsplit_once('#')?;
@@ -121,12 +118,8 @@ impl Session {
     /// `infer serve`'s `/tokenize` and `/detokenize` are.
     pub fn tokenizer_call(&self, endpoint: &str, body: &str) -> Result<Value, RequestError> {
         match endpoint {
-            "tokenize" => self
-                .served()
-                .tokenize(&serde_json::from_str(body).map_err(body_error)?),
-            "detokenize" => self
-                .served()
-                .detokenize(&serde_json::from_str(body).map_err(body_error)?),
+            "tokenize" => self.served().tokenize(&parse_body(body.as_bytes())?),
+            "detokenize" => self.served().detokenize(&parse_body(body.as_bytes())?),
             other => Err(RequestError::new(
                 404,
                 format!("no endpoint `{other}` (tokenize, detokenize)"),
@@ -145,6 +138,7 @@ impl Session {
             max_model_len: self.max_model_len,
             tool_parser: ToolCallParser::detect(self.tokenizer.chat_template()),
             limits: Default::default(),
+            defaults: infer_api::defaults::RequestDefaults::none(),
         }
     }
 
@@ -172,7 +166,7 @@ impl Session {
         let (reply, kind, prompts, params, structured_param, stream, (include_usage, continuous)) =
             match endpoint {
                 "chat" => {
-                    let req: ChatRequest = serde_json::from_str(body).map_err(body_error)?;
+                    let req: ChatRequest = parse_body(body.as_bytes())?;
                     let PreparedChat {
                         prompt,
                         params,
@@ -203,7 +197,7 @@ impl Session {
                     )
                 }
                 "completion" => {
-                    let req: CompletionRequest = serde_json::from_str(body).map_err(body_error)?;
+                    let req: CompletionRequest = parse_body(body.as_bytes())?;
                     let p = self.served().completion(&req)?;
                     let kind = Kind::Completion {
                         prompts: p.prompts.clone(),

@@ -96,7 +96,7 @@ pub fn start_engine(
             engine.set_step_target(step_target);
             Ok((engine, ()))
         },
-        max_waiting,
+        infer_web::LoopOptions::quiet(max_waiting),
         metrics.clone(),
     )
     .unwrap();

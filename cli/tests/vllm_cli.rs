@@ -1,0 +1,142 @@
+//! `infer serve` started with a vLLM tutorial's command line: the model first, vLLM's flags,
+//! a generation config's defaults, the root path, request-id headers, and what operators
+//! read in the log (an access line per request, the periodic engine line, no colour codes,
+//! never the key or the prompt). A refused vLLM flag exits at once with the reason.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use infer_tests::{smollm2_path, spawn_serve_logged};
+use serde_json::{json, Value};
+
+#[test]
+fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("generation_config.json"),
+        r#"{"temperature": 0.0, "max_new_tokens": 3, "do_sample": false}"#,
+    )
+    .unwrap();
+    let model = smollm2_path();
+    let (mut child, url, log) = spawn_serve_logged(
+        env!("CARGO_BIN_EXE_infer"),
+        &[
+            &model,
+            "--dtype",
+            "auto",
+            "--api-key",
+            "token-abc123",
+            "--seed",
+            "0",
+            "--enable-prefix-caching",
+            "--disable-log-requests",
+            "--trust-remote-code",
+            "--max-model-len",
+            "1k",
+            "--num-kv-blocks",
+            "64",
+            "--root-path",
+            "/api",
+            "--enable-request-id-headers",
+            "--log-stats-interval",
+            "0.2",
+            "--disable-access-log-for-endpoints",
+            "/health",
+            "--generation-config",
+            dir.path().to_str().unwrap(),
+        ],
+    );
+    let prompt = "A secret prompt about the capital of France";
+    let call = |path: &str| {
+        ureq::post(&format!("{url}{path}"))
+            .set("Authorization", "Bearer token-abc123")
+            .set("X-Request-Id", "req-42")
+            .send_json(json!({"prompt": prompt}))
+            .unwrap()
+    };
+    // Under the root path and without it.
+    for path in ["/api/v1/completions", "/v1/completions"] {
+        let r = call(path);
+        assert_eq!(r.header("x-request-id"), Some("req-42"));
+        let v: Value = r.into_json().unwrap();
+        // The generation config's max_new_tokens caps the default 16; temperature 0 makes
+        // the two replies equal.
+        assert_eq!(v["usage"]["completion_tokens"], 3, "{v}");
+    }
+    let models: Value = ureq::get(&format!("{url}/api/v1/models"))
+        .set("Authorization", "Bearer token-abc123")
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["max_model_len"], 1000, "{models}");
+    ureq::get(&format!("{url}/health")).call().unwrap();
+    // The engine line comes within its interval of the work.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log.lock().unwrap().contains("Avg prompt throughput") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = log.lock().unwrap().clone();
+    assert!(log.contains("Avg prompt throughput"), "{log}");
+    assert!(log.contains("KV cache usage"), "{log}");
+    let access: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("infer::access"))
+        .collect();
+    assert_eq!(access.len(), 3, "{log}");
+    assert!(access[0].contains("POST /v1/completions 200"), "{log}");
+    assert!(access[0].contains(r#"request_id="req-42""#), "{log}");
+    assert!(access[2].contains("GET /v1/models 200"), "{log}");
+    assert!(log.contains("nothing remote ever runs"), "{log}");
+    assert!(log.contains("default sampling parameters"), "{log}");
+    for secret in ["token-abc123", prompt, "\u{1b}["] {
+        assert!(!log.contains(secret), "{secret:?} in the log:\n{log}");
+    }
+}
+
+#[test]
+fn a_refused_vllm_flag_exits_with_the_reason() {
+    let out = Command::new(env!("CARGO_BIN_EXE_infer"))
+        .args(["serve", "m.gguf", "--enable-lora", "--dtype", "auto"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--enable-lora is a vLLM flag infer does not support"),
+        "{err}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let (mut child, url, log) = spawn_serve_logged(
+        env!("CARGO_BIN_EXE_infer"),
+        &[
+            "--model",
+            &smollm2_path(),
+            "--num-kv-blocks",
+            "64",
+            "--log-format",
+            "json",
+        ],
+    );
+    ureq::get(&format!("{url}/v1/models")).call().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = log.lock().unwrap().clone();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["target"] == "infer::access" && l["fields"]["status"] == 200),
+        "{log}"
+    );
+}
