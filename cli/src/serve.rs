@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use infer_web::api::defaults::RequestDefaults;
 use infer_web::api::prepare::ChatLimits;
+use infer_web::api::reasoning::ReasoningParser;
 use infer_web::api::tools::ToolCallParser;
 use infer_web::budget::Budget;
 use infer_web::cors::parse_list;
@@ -47,6 +48,11 @@ pub struct ServeArgs {
     /// unless it says `additionalProperties: false`. Default: as vLLM does, it allows none.
     #[arg(long)]
     pub strict_json_schema: bool,
+    /// Split the reasoning of thinking models from their answers (vLLM's): `deepseek_r1`
+    /// (DeepSeek-R1, QwQ, Qwen3-Thinking: reasoning up to `</think>`) or `qwen3` (reasoning
+    /// when the output opens `<think>`). Chat replies carry it in `reasoning_content`.
+    #[arg(long, value_name = "PARSER")]
+    pub reasoning_parser: Option<String>,
     /// No periodic engine line (vLLM's).
     #[arg(long)]
     pub disable_log_stats: bool,
@@ -308,6 +314,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .unwrap_or_else(|| default_served_name(&args.model.model));
     let defaults = request_defaults(&args)?;
     let http = http_options(&args);
+    let reasoning = match args.reasoning_parser.as_deref() {
+        None => None,
+        Some(name) => Some(ReasoningParser::from_name(name).ok_or_else(|| {
+            anyhow!("--reasoning-parser {name}: infer reads deepseek_r1 and qwen3 (the <think>…</think> formats)")
+        })?),
+    };
     let model = args.model;
     let gguf = std::path::PathBuf::from(&model.model);
     let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
@@ -380,7 +392,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_tool_parser(parser)
         .with_cors(cors)
         .with_limits(limits, budget)
-        .with_defaults(defaults),
+        .with_defaults(defaults)
+        .with_reasoning_parser(reasoning),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -140,3 +140,53 @@ fn json_logs_are_one_object_per_line() {
         "{log}"
     );
 }
+
+#[test]
+fn a_reasoning_parser_splits_the_thinking_from_the_answer() {
+    let (mut child, url) = infer_tests::spawn_serve(
+        env!("CARGO_BIN_EXE_infer"),
+        &[
+            "--model",
+            &smollm2_path(),
+            "--num-kv-blocks",
+            "64",
+            "--reasoning-parser",
+            "deepseek_r1",
+        ],
+    );
+    // The output is forced (a regex constraint) to a DeepSeek-R1-shaped reply.
+    let body = |stream: bool| {
+        json!({"messages": [{"role": "user", "content": "Is Paris in France?"}],
+            "structured_outputs": {"regex": "I think so\\.</think> Yes"},
+            "max_tokens": 30, "temperature": 0, "stream": stream})
+    };
+    let v: Value = ureq::post(&format!("{url}/v1/chat/completions"))
+        .send_json(body(false))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let message = &v["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], "I think so.", "{v}");
+    assert_eq!(message["content"], " Yes", "{v}");
+    let text = ureq::post(&format!("{url}/v1/chat/completions"))
+        .send_json(body(true))
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for event in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        if event == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(event).unwrap();
+        let delta = &chunk["choices"][0]["delta"];
+        reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or_default());
+        content.push_str(delta["content"].as_str().unwrap_or_default());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        (reasoning.as_str(), content.as_str()),
+        ("I think so.", " Yes")
+    );
+}

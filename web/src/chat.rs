@@ -46,7 +46,9 @@ async fn run(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Result<Respon
         echo,
     } = prepared?;
     let reply = state.reply("chatcmpl", req.sampling.request_id.as_deref());
-    let replies = ChatReplies::new(tools, &reply.id).with_echo(echo);
+    let replies = ChatReplies::new(tools, &reply.id)
+        .with_echo(echo)
+        .with_reasoning(state.reasoning_parser);
     let running = req
         .sampling
         .continuous_usage()

@@ -34,6 +34,8 @@ pub struct ServerState {
     pub limits: ChatLimits,
     /// What requests leave out (`--generation-config`, `--default-chat-template-kwargs`).
     pub defaults: infer_api::defaults::RequestDefaults,
+    /// Chat replies carry the reasoning apart (`--reasoning-parser`).
+    pub reasoning_parser: Option<infer_api::reasoning::ReasoningParser>,
     /// Bodies held and requests prepared at once.
     pub budget: Arc<Budget>,
 }
@@ -67,12 +69,22 @@ impl ServerState {
             cors: None,
             limits: ChatLimits::default(),
             defaults: Default::default(),
+            reasoning_parser: None,
             budget: Budget::new(
                 crate::budget::DEFAULT_BODY_MIB,
                 crate::budget::default_preparing(),
                 crate::budget::DEFAULT_PREPARE_WAIT,
             ),
         }
+    }
+
+    /// How chat replies are read for reasoning (`None`: all of it is content).
+    pub fn with_reasoning_parser(
+        mut self,
+        parser: Option<infer_api::reasoning::ReasoningParser>,
+    ) -> Self {
+        self.reasoning_parser = parser;
+        self
     }
 
     /// Defaults for what requests leave out.

@@ -133,7 +133,7 @@ pub const FLAGS: &[VllmFlag] = &[
     f("--use-tqdm-on-load", Switch, Inherent("infer shows a progress bar while it loads weights on a terminal")),
     f("--pt-load-map-location", Value, Refused("PyTorch .bin/.pt checkpoints are not read; use safetensors or GGUF")),
     // StructuredOutputsConfig
-    f("--reasoning-parser", Value, Refused("reasoning output is not split yet (see issue 35): the thinking stays in `content`")),
+    f("--reasoning-parser", Value, Own),
     f("--guided-decoding-backend", Value, Inherent("structured outputs always use llguidance (vLLM's `guidance` backend)")),
     f("--guided-decoding-disable-fallback", Switch, Inherent("llguidance has no fallback to disable")),
     f("--guided-decoding-disable-any-whitespace", Switch, Inherent("JSON is written without free whitespace already")),

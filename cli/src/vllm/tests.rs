@@ -39,6 +39,7 @@ fn sample(name: &str) -> &'static str {
         "--allowed-methods" | "--allowed-headers" => "*",
         "--root-path" => "/api",
         "--max-logprobs" => "50",
+        "--reasoning-parser" => "deepseek_r1",
         other => panic!("no sample value for {other}"),
     }
 }
@@ -213,4 +214,27 @@ fn human_readable_numbers_read_as_vllm_reads_them() {
     assert!(human_int("-4k").is_err());
     assert!(human_int("k").is_err());
     assert!(human_int("").is_err());
+}
+
+#[test]
+fn the_docs_table_lists_every_flag_as_the_table_takes_it() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/vllm.md"))
+        .expect("docs/vllm.md");
+    for flag in FLAGS {
+        let row = doc
+            .lines()
+            .find(|l| {
+                l.strip_prefix("| `")
+                    .and_then(|r| r.split('`').next())
+                    .is_some_and(|n| n.split(' ').next() == Some(flag.name))
+            })
+            .unwrap_or_else(|| panic!("{} is not in docs/vllm.md", flag.name));
+        let column = row.split(" | ").nth(1).unwrap_or_default();
+        let want = match flag.disposition {
+            Disposition::Own => "honoured",
+            Disposition::Inherent(_) | Disposition::Values(..) => "accepted",
+            Disposition::Refused(_) => "refused",
+        };
+        assert!(column.starts_with(want), "{}: {row}", flag.name);
+    }
 }

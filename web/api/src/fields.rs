@@ -57,8 +57,8 @@ fn flattened_field(bytes: &[u8]) -> Option<String> {
 
 /// SGLang fields its router (sglang-router / sgl-model-gateway) writes into every request it
 /// forwards, at their defaults. Each is accepted only at the value that is what infer does
-/// anyway (`None`: any boolean; infer has no reasoning parser, so there is nothing to
-/// separate or stream apart); any other value is refused like an unknown field.
+/// anyway (`None`: any boolean: whether reasoning is separated is the server's
+/// --reasoning-parser); any other value is refused like an unknown field.
 const ROUTER_DEFAULTS: &[(&str, Option<bool>)] = &[
     ("no_stop_trim", Some(false)),
     ("return_hidden_states", Some(false)),

@@ -7,6 +7,7 @@ pub mod defaults;
 pub mod fields;
 pub mod format;
 pub mod prepare;
+pub mod reasoning;
 pub mod structured;
 pub mod tokenize;
 pub mod tools;

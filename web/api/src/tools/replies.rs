@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::stream::ToolStream;
 use super::ToolPlan;
 use crate::format::{chat_choice, chat_logprobs, chat_stream_choices, finish_reason, UsageCounter};
+use crate::reasoning::{ReasoningParser, ReasoningStream};
 
 /// The replies of one chat request: its tool plan, each choice's reading so far, and usage.
 #[derive(Debug)]
@@ -21,6 +22,10 @@ pub struct ChatReplies {
     pub usage: UsageCounter,
     /// vLLM's chat `echo`: the text every choice's content starts with.
     echo: Option<String>,
+    /// Reasoning split from the answer (`--reasoning-parser`), and each streamed choice's
+    /// progress through it.
+    reasoning: Option<ReasoningParser>,
+    thinking: BTreeMap<usize, ReasoningStream>,
 }
 
 impl ChatReplies {
@@ -32,7 +37,15 @@ impl ChatReplies {
             streams: BTreeMap::new(),
             usage: UsageCounter::default(),
             echo: None,
+            reasoning: None,
+            thinking: BTreeMap::new(),
         }
+    }
+
+    /// Replies carry reasoning apart from the answer (`reasoning_content`).
+    pub fn with_reasoning(mut self, parser: Option<ReasoningParser>) -> Self {
+        self.reasoning = parser;
+        self
     }
 
     /// Every choice's content starts with `echo` (a stream sends it in the role chunk).
@@ -46,9 +59,22 @@ impl ChatReplies {
         crate::format::chat_role_choices(n, self.echo.as_deref().unwrap_or(""))
     }
 
-    /// A finished choice, its content after the echoed text.
+    /// A finished choice, its content after the echoed text, its reasoning apart.
     pub fn choice(&self, tok: &Tokenizer, o: &CompletionOutput) -> Value {
-        let mut choice = self.reply_choice(tok, o);
+        let split = self.reasoning.map(|p| p.split(&o.text));
+        let mut choice = match &split {
+            Some((_, content)) => {
+                let answer = CompletionOutput {
+                    text: content.clone(),
+                    ..o.clone()
+                };
+                self.reply_choice(tok, &answer)
+            }
+            None => self.reply_choice(tok, o),
+        };
+        if let Some((reasoning, _)) = split {
+            choice["message"]["reasoning_content"] = reasoning.into();
+        }
         if let Some(echo) = &self.echo {
             let content = &mut choice["message"]["content"];
             *content = format!("{echo}{}", content.as_str().unwrap_or_default()).into();
@@ -80,9 +106,43 @@ impl ChatReplies {
         })
     }
 
-    /// The stream choices of one engine output, each for a chunk of its own: content and
-    /// tool-call deltas as they settle, then the finish reason.
+    /// The stream choices of one engine output, each for a chunk of its own: reasoning,
+    /// content and tool-call deltas as they settle, then the finish reason.
     pub fn stream_choices(&mut self, tok: &Tokenizer, out: &RequestOutput) -> Vec<Value> {
+        let Some(parser) = self.reasoning else {
+            return self.answer_choices(tok, out);
+        };
+        let mut answer = out.clone();
+        let mut choices = Vec::new();
+        let mut reasoning_delta = |index: usize, text: String| {
+            if !text.is_empty() {
+                choices.push(json!({"index": index, "delta": {"reasoning_content": text},
+                    "logprobs": null, "finish_reason": null}));
+            }
+        };
+        for d in &mut answer.deltas {
+            let stream = self
+                .thinking
+                .entry(d.index)
+                .or_insert_with(|| ReasoningStream::new(parser));
+            let (reasoning, content) = stream.push(&d.text_delta, d.finish_reason.is_some());
+            reasoning_delta(d.index, reasoning);
+            d.text_delta = content;
+        }
+        if answer.deltas.is_empty() {
+            // Known only at the end (best_of > n): each output split whole.
+            for o in answer.outputs.iter_mut().flatten() {
+                let (reasoning, content) = parser.split(&o.text);
+                reasoning_delta(o.index, reasoning.unwrap_or_default());
+                o.text = content;
+            }
+        }
+        choices.extend(self.answer_choices(tok, &answer));
+        choices
+    }
+
+    /// `stream_choices` of the answer alone.
+    fn answer_choices(&mut self, tok: &Tokenizer, out: &RequestOutput) -> Vec<Value> {
         let Some(plan) = self.plan.clone() else {
             return chat_stream_choices(tok, out, &mut self.usage);
         };
