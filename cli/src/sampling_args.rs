@@ -8,13 +8,12 @@ use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Args)]
 pub struct SamplingArgs {
-    #[arg(long, default_value_t = 256, allow_negative_numbers = true,
-        value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_tokens: u64,
+    /// Output tokens at most (negative numbers parse, and are refused by name).
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true)]
+    pub max_tokens: i64,
     /// Output tokens before EOS / stop conditions may end a sequence.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true,
-        value_parser = clap::value_parser!(u64).range(0..))]
-    pub min_tokens: u64,
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub min_tokens: i64,
     /// 0 samples greedily.
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f32,
@@ -83,6 +82,19 @@ pub struct SamplingArgs {
     pub early_stopping: bool,
 }
 
+/// A count flag's value, at least `min` (the error names the parameter, as the API's do).
+fn count(name: &'static str, value: i64, min: i64) -> Result<usize> {
+    if value < min {
+        return Err(infer_core::InferError::invalid(
+            name,
+            format!("{value} must be at least {min}"),
+        )
+        .into());
+    }
+    usize::try_from(value)
+        .with_context(|| format!("--{}: {value} is too large", name.replace('_', "-")))
+}
+
 impl SamplingArgs {
     /// The parameters for one prompt (`max_tokens` overridden per prompt by a prompts file).
     pub fn params(&self, max_tokens: Option<usize>) -> Result<SamplingParams> {
@@ -117,8 +129,11 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             logit_bias,
             seed: self.seed,
-            max_tokens: Some(max_tokens.unwrap_or(self.max_tokens as usize)),
-            min_tokens: self.min_tokens as usize,
+            max_tokens: Some(match max_tokens {
+                Some(m) => m,
+                None => count("max_tokens", self.max_tokens, 1)?,
+            }),
+            min_tokens: count("min_tokens", self.min_tokens, 0)?,
             stop: self.stop.clone(),
             stop_token_ids: self.stop_token_ids.clone(),
             ignore_eos: self.ignore_eos,
