@@ -248,7 +248,11 @@ fn invalid_parameters() {
     expect_error(&p, &["--max-tokens", "0"], "invalid parameter `max_tokens`");
     // Negative numbers parse as values (not as unknown flags) and get the range error.
     expect_error(&p, &["--max-tokens", "-1"], "-1 must be at least 1");
-    expect_error(&p, &["--min-tokens", "-2"], "invalid parameter `min_tokens`");
+    expect_error(
+        &p,
+        &["--min-tokens", "-2"],
+        "invalid parameter `min_tokens`",
+    );
     expect_error(&p, &["--threads", "0"], "--threads must be at least 1");
 }
 

@@ -2,7 +2,10 @@
 
 import math
 
-from conftest import MODEL
+import json
+import urllib.request
+
+from conftest import KEY, MODEL
 
 PROMPT = "The capital of France is"
 
@@ -110,3 +113,28 @@ def test_several_prompts_and_token_ids(client):
 def test_models_list(client):
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
+
+
+def test_stop_reason_is_vllms(client, server):
+    # The stop string itself, the stop token's id, or None (EOS, length), on both endpoints.
+    r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8,
+                                  temperature=0, stop=["Paris"])
+    assert r.choices[0].finish_reason == "stop"
+    assert getattr(r.choices[0], "stop_reason", "missing") == "Paris", r
+    r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=2,
+                                  temperature=0)
+    assert getattr(r.choices[0], "stop_reason", "missing") is None, r
+    first = client.completions.create(model=MODEL, prompt="The capital of France is",
+                                      max_tokens=1, temperature=0, logprobs=0)
+    req = urllib.request.Request(
+        f"{server}/tokenize",
+        data=json.dumps({"prompt": first.choices[0].text, "add_special_tokens": False}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    stop_id = json.load(urllib.request.urlopen(req))["tokens"][0]
+    c = client.chat.completions.create(model=MODEL, max_tokens=8, temperature=0,
+                                       messages=[{"role": "user", "content": "Say hello."}],
+                                       stop=["hello", "Hello"])
+    assert getattr(c.choices[0], "stop_reason", "missing") in ("hello", "Hello", None), c
+    r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4,
+                                  temperature=0, extra_body={"stop_token_ids": [stop_id]})
+    assert getattr(r.choices[0], "stop_reason", "missing") == stop_id, r

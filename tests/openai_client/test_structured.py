@@ -112,14 +112,18 @@ UNSUPPORTED_CHAT = {
     "function_call": "auto",
     "audio": {"voice": "alloy", "format": "wav"},
     "modalities": ["text", "audio"],
-    "prediction": {"type": "content", "content": "x"},
-    "reasoning_effort": "low",
     "web_search_options": {},
+    "chat_template": "{{ messages }}",
+    "return_tokens_as_token_ids": True,
     "logit_processors": ["x"],
     "frobnicate": 1,
 }
 UNSUPPORTED_COMPLETIONS = {"suffix": "x", "frobnicate": 1}
-IGNORED = {"user": "u-1", "store": False, "metadata": {"k": "v"}, "service_tier": "auto"}
+UNSUPPORTED_COMPLETIONS["cache_salt"] = "tenant-a"
+# Fields that cannot change the output: accepted (docs/vllm.md has the policy).
+IGNORED = {"user": "u-1", "store": False, "metadata": {"k": "v"}, "service_tier": "auto",
+           "prediction": {"type": "content", "content": "x"}, "audio": None,
+           "spaces_between_special_tokens": False, "modalities": ["text"]}
 
 
 def test_chat_template_kwargs_reach_the_template(client):

@@ -176,3 +176,24 @@ def test_bad_tool_requests_are_400_naming_the_field(client):
     expect(openai.BadRequestError, 400, lambda: chat(
         model=MODEL, messages=history, max_tokens=4),
         "messages[1].tool_calls[0].function.arguments")
+
+
+# LangChain's `bind_tools(tool_choice="name")` and openai-node's `runTools` send schemas
+# without `additionalProperties: false`; as vLLM's default grammar does, infer allows no
+# property a schema does not list, so a small model cannot ramble into invented keys.
+LOOSE = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]}}}]
+
+
+def test_named_calls_with_the_clients_default_schemas_parse(client):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = client.chat.completions.create(model=MODEL, messages=ASK, tools=LOOSE,
+                                       tool_choice=named, temperature=0, max_tokens=80)
+    c = r.choices[0]
+    assert c.message.tool_calls, c
+    args = json.loads(c.message.tool_calls[0].function.arguments)
+    assert set(args) == {"city", "unit"}, args
