@@ -8,6 +8,7 @@ mod parallel;
 mod prompts_file;
 mod sampling_args;
 mod serve;
+mod tokenizer_cmd;
 mod vllm;
 
 use anyhow::Result;
@@ -34,6 +35,9 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The model's tokenizer for other tools (`export`: a Hugging Face folder).
+    #[command(subcommand)]
+    Tokenizer(tokenizer_cmd::TokenizerCommand),
 }
 
 /// Logs to stderr: `INFER_LOG` filters (default: `info` for the server, whose access and
@@ -82,6 +86,7 @@ impl Command {
             Command::Generate(a) => Some(&a.load),
             Command::Serve(a) => Some(&a.model),
             Command::Bench(b) => b.model_args(),
+            Command::Tokenizer(_) => None,
         }
     }
 }
@@ -105,5 +110,6 @@ fn run(cli: Cli) -> Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
+        Command::Tokenizer(cmd) => tokenizer_cmd::run(cmd),
     }
 }

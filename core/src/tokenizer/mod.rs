@@ -221,6 +221,40 @@ impl Tokenizer {
         self.inner.to_string(false).map_err(tk_err)
     }
 
+    /// Writes a Hugging Face tokenizer folder that `AutoTokenizer.from_pretrained(dir)` loads
+    /// with the same ids: `tokenizer.json`, `tokenizer_config.json` (the special tokens, the
+    /// chat template, `model_max_length`) and `special_tokens_map.json`. For tools that need
+    /// an HF tokenizer (guidellm, aiperf) when the model is a GGUF, which ships none.
+    pub fn save_hf_dir(&self, dir: &Path, model_max_length: usize) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| InferError::io(dir, e))?;
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).map_err(|e| InferError::io(&path, e))
+        };
+        write("tokenizer.json", self.to_json()?)?;
+        let mut specials = serde_json::Map::new();
+        for (key, token) in [("bos_token", &self.bos_token), ("eos_token", &self.eos_token)] {
+            if let Some(t) = token {
+                specials.insert(key.into(), t.clone().into());
+            }
+        }
+        let mut config = specials.clone();
+        // The generic fast tokenizer: special tokens come from tokenizer.json's
+        // post-processor, as they do here, and decoding does not touch spaces.
+        config.insert("tokenizer_class".into(), "PreTrainedTokenizerFast".into());
+        config.insert("clean_up_tokenization_spaces".into(), false.into());
+        config.insert("model_max_length".into(), model_max_length.into());
+        if let Some(t) = &self.chat_template {
+            config.insert("chat_template".into(), t.clone().into());
+        }
+        let pretty = |m: serde_json::Map<String, serde_json::Value>| {
+            serde_json::to_string_pretty(&serde_json::Value::Object(m)).map_err(tk_err)
+        };
+        write("tokenizer_config.json", pretty(config)?)?;
+        write("special_tokens_map.json", pretty(specials)?)?;
+        Ok(())
+    }
+
     /// The most bytes of text one token stands for (its vocabulary entry's length, which a
     /// byte-level or byte-fallback entry never undercuts): a text of `b` bytes has at least
     /// `b / max_token_bytes()` tokens, which bounds a prompt before it is tokenized.
