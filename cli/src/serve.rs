@@ -95,9 +95,10 @@ pub struct ServeArgs {
     #[arg(long, env = "INFER_API_KEY")]
     pub api_key: Option<String>,
     /// Model name clients use (default: the --model value; for an absolute path, its file or
-    /// folder name).
-    #[arg(long)]
-    pub served_model_name: Option<String>,
+    /// folder name). Several (vLLM's `--served-model-name A B`): the model answers to each,
+    /// replies name the first.
+    #[arg(long, num_args = 1..)]
+    pub served_model_name: Vec<String>,
     /// Waiting requests beyond which new ones get 503 at once (0 = no limit).
     #[arg(long, default_value_t = 256)]
     pub max_waiting: usize,
@@ -310,8 +311,10 @@ fn default_served_name(model: &str) -> String {
 pub fn run(args: ServeArgs) -> Result<()> {
     let name = args
         .served_model_name
-        .clone()
+        .first()
+        .cloned()
         .unwrap_or_else(|| default_served_name(&args.model.model));
+    let aliases: Vec<String> = args.served_model_name.iter().skip(1).cloned().collect();
     let defaults = request_defaults(&args)?;
     let http = http_options(&args);
     let reasoning = match args.reasoning_parser.as_deref() {
@@ -393,7 +396,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_cors(cors)
         .with_limits(limits, budget)
         .with_defaults(defaults)
-        .with_reasoning_parser(reasoning),
+        .with_reasoning_parser(reasoning)
+        .with_model_aliases(aliases),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -57,7 +57,14 @@ async fn run(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Result<Respon
         .engine
         .submit(reply.id.clone(), prompt, params.clone())
         .await
-        .map_err(|e| ApiError::from(e).structured_param(structured_param))?;
+        .map_err(|e| {
+            let mut e = ApiError::from(e).structured_param(structured_param);
+            // Chat asks for top logprobs as `top_logprobs` (`logprobs` is its switch).
+            if e.0.param.as_deref() == Some("logprobs") {
+                e.0.param = Some("top_logprobs".into());
+            }
+            e
+        })?;
     if req.sampling.stream {
         let usage = req.sampling.include_usage();
         return Ok(sse_reply(chat_stream(

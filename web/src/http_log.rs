@@ -130,7 +130,7 @@ impl HttpLayer {
 fn access_line(level: Level, method: &str, path: &str, status: u16, ms: f64, id: &str) {
     macro_rules! line {
         ($lvl:expr) => {
-            tracing::event!(target: "infer::access", $lvl, method, path, status, latency_ms = format_args!("{ms:.1}"), request_id = id, "{method} {path} {status}")
+            tracing::event!(target: "infer::access", $lvl, method, path, status, latency_ms = (ms * 10.0).round() / 10.0, request_id = id, "{method} {path} {status}")
         };
     }
     match level {

@@ -147,9 +147,9 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
     let version = warp::path!("version")
         .and(get())
         .map(|| warp::reply::json(&json!({"version": env!("CARGO_PKG_VERSION")})).into_response());
-    let model_card = |s: &ServerState| {
+    let model_card = |s: &ServerState, id: &str| {
         json!({
-            "id": s.model_name,
+            "id": id,
             "object": "model",
             "created": s.started,
             "owned_by": "infer",
@@ -162,7 +162,12 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .and(auth.clone())
         .and(with_state(state.clone()))
         .map(move |s: Arc<ServerState>| {
-            warp::reply::json(&json!({"object": "list", "data": [model_card(&s)]})).into_response()
+            // Every name the model answers to, the first (the replies' `model`) first.
+            let cards: Vec<_> = std::iter::once(&s.model_name)
+                .chain(&s.model_aliases)
+                .map(|id| model_card(&s, id))
+                .collect();
+            warp::reply::json(&json!({"object": "list", "data": cards})).into_response()
         });
     // Model ids may hold slashes (`org/name`): the rest of the path is the id.
     let model = warp::path!("v1" / "models" / ..)
@@ -172,7 +177,7 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .and(with_state(state.clone()))
         .map(move |id: warp::path::Tail, s: Arc<ServerState>| {
             match s.served().check_model(Some(id.as_str())) {
-                Ok(()) => warp::reply::json(&model_card(&s)).into_response(),
+                Ok(()) => warp::reply::json(&model_card(&s, id.as_str())).into_response(),
                 Err(e) => ApiError::from(e).into_response(),
             }
         });

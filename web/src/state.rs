@@ -34,6 +34,8 @@ pub struct ServerState {
     pub limits: ChatLimits,
     /// What requests leave out (`--generation-config`, `--default-chat-template-kwargs`).
     pub defaults: infer_api::defaults::RequestDefaults,
+    /// Other names requests may use for the model (`--served-model-name A B`).
+    pub model_aliases: Vec<String>,
     /// Chat replies carry the reasoning apart (`--reasoning-parser`).
     pub reasoning_parser: Option<infer_api::reasoning::ReasoningParser>,
     /// Bodies held and requests prepared at once.
@@ -70,12 +72,19 @@ impl ServerState {
             limits: ChatLimits::default(),
             defaults: Default::default(),
             reasoning_parser: None,
+            model_aliases: Vec::new(),
             budget: Budget::new(
                 crate::budget::DEFAULT_BODY_MIB,
                 crate::budget::default_preparing(),
                 crate::budget::DEFAULT_PREPARE_WAIT,
             ),
         }
+    }
+
+    /// Other names the model answers to (listed by `/v1/models` after the first).
+    pub fn with_model_aliases(mut self, aliases: Vec<String>) -> Self {
+        self.model_aliases = aliases;
+        self
     }
 
     /// How chat replies are read for reasoning (`None`: all of it is content).
@@ -129,6 +138,7 @@ impl ServerState {
         Served {
             tokenizer: &self.tokenizer,
             model_name: &self.model_name,
+            aliases: &self.model_aliases,
             max_model_len: self.max_model_len,
             tool_parser: self.tool_parser,
             limits: self.limits,

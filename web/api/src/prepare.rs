@@ -137,6 +137,8 @@ impl From<InferError> for RequestError {
 pub struct Served<'a> {
     pub tokenizer: &'a Tokenizer,
     pub model_name: &'a str,
+    /// Other names requests may use for the model (vLLM's `--served-model-name A B`).
+    pub aliases: &'a [String],
     pub max_model_len: usize,
     /// How replies are read for tool calls with `tool_choice: "auto"` (`None`: refused).
     pub tool_parser: Option<ToolCallParser>,
@@ -210,7 +212,7 @@ impl Served<'_> {
     /// 404 for a model name not served (absent = the served one).
     pub fn check_model(&self, model: Option<&str>) -> Result<(), RequestError> {
         match model {
-            Some(m) if m != self.model_name => Err(RequestError::new(
+            Some(m) if m != self.model_name && !self.aliases.iter().any(|a| a == m) => Err(RequestError::new(
                 404,
                 format!(
                     "the model `{m}` does not exist; this server serves `{}`",
@@ -430,15 +432,10 @@ impl Served<'_> {
         let max_tokens = self
             .defaults
             .max_tokens(req.max_completion_tokens.or(req.max_tokens), None);
-        if let Some(k) = req.top_logprobs {
-            // OpenAI's rules: 0..=20, and only with `logprobs: true`.
-            let bad = |m: String| Err(RequestError::bad_request(m).param("top_logprobs"));
-            if !req.logprobs {
-                return bad("`top_logprobs` needs `logprobs: true`".into());
-            }
-            if k > 20 {
-                return bad(format!("{k} must be in [0, 20]"));
-            }
+        if req.top_logprobs.is_some() && !req.logprobs {
+            // OpenAI's rule; how many the engine reports at most is --max-logprobs.
+            return Err(RequestError::bad_request("`top_logprobs` needs `logprobs: true`")
+                .param("top_logprobs"));
         }
         let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
         let mut params = req

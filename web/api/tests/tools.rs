@@ -59,6 +59,7 @@ fn prompt_text(tok: &Tokenizer, parser: Option<ToolCallParser>, req: &ChatReques
     let served = Served {
         tokenizer: tok,
         model_name: "smol",
+        aliases: &[],
         max_model_len: 2048,
         tool_parser: parser,
         limits: Default::default(),
@@ -124,6 +125,7 @@ fn required_and_named_choices_constrain_the_output() {
     let served = Served {
         tokenizer: &tok,
         model_name: "smol",
+        aliases: &[],
         max_model_len: 2048,
         tool_parser: None,
         limits: Default::default(),

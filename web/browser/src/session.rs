@@ -135,6 +135,7 @@ impl Session {
         Served {
             tokenizer: &self.tokenizer,
             model_name: &self.model_name,
+            aliases: &[],
             max_model_len: self.max_model_len,
             tool_parser: ToolCallParser::detect(self.tokenizer.chat_template()),
             limits: Default::default(),
