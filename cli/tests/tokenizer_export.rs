@@ -15,8 +15,16 @@ fn the_exported_folder_tokenizes_as_the_gguf_does() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for file in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"] {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    ] {
         assert!(dir.path().join(file).is_file(), "{file}");
     }
     let config: serde_json::Value = serde_json::from_str(

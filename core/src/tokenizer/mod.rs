@@ -233,7 +233,10 @@ impl Tokenizer {
         };
         write("tokenizer.json", self.to_json()?)?;
         let mut specials = serde_json::Map::new();
-        for (key, token) in [("bos_token", &self.bos_token), ("eos_token", &self.eos_token)] {
+        for (key, token) in [
+            ("bos_token", &self.bos_token),
+            ("eos_token", &self.eos_token),
+        ] {
             if let Some(t) = token {
                 specials.insert(key.into(), t.clone().into());
             }

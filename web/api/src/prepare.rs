@@ -212,15 +212,17 @@ impl Served<'_> {
     /// 404 for a model name not served (absent = the served one).
     pub fn check_model(&self, model: Option<&str>) -> Result<(), RequestError> {
         match model {
-            Some(m) if m != self.model_name && !self.aliases.iter().any(|a| a == m) => Err(RequestError::new(
-                404,
-                format!(
-                    "the model `{m}` does not exist; this server serves `{}`",
-                    self.model_name
-                ),
-            )
-            .param("model")
-            .code("model_not_found")),
+            Some(m) if m != self.model_name && !self.aliases.iter().any(|a| a == m) => {
+                Err(RequestError::new(
+                    404,
+                    format!(
+                        "the model `{m}` does not exist; this server serves `{}`",
+                        self.model_name
+                    ),
+                )
+                .param("model")
+                .code("model_not_found"))
+            }
             _ => Ok(()),
         }
     }
@@ -434,8 +436,10 @@ impl Served<'_> {
             .max_tokens(req.max_completion_tokens.or(req.max_tokens), None);
         if req.top_logprobs.is_some() && !req.logprobs {
             // OpenAI's rule; how many the engine reports at most is --max-logprobs.
-            return Err(RequestError::bad_request("`top_logprobs` needs `logprobs: true`")
-                .param("top_logprobs"));
+            return Err(
+                RequestError::bad_request("`top_logprobs` needs `logprobs: true`")
+                    .param("top_logprobs"),
+            );
         }
         let logprobs = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
         let mut params = req
