@@ -44,6 +44,9 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
             "/health",
             "--generation-config",
             dir.path().to_str().unwrap(),
+            "--served-model-name",
+            "smol",
+            "smol-alias",
         ],
     );
     let prompt = "A secret prompt about the capital of France";
@@ -70,6 +73,16 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
         .into_json()
         .unwrap();
     assert_eq!(models["data"][0]["max_model_len"], 1000, "{models}");
+    // Every served name is listed and answers; replies name the first.
+    assert_eq!(models["data"][0]["id"], "smol", "{models}");
+    assert_eq!(models["data"][1]["id"], "smol-alias", "{models}");
+    let v: Value = ureq::post(&format!("{url}/v1/completions"))
+        .set("Authorization", "Bearer token-abc123")
+        .send_json(json!({"model": "smol-alias", "prompt": "Hi", "max_tokens": 1}))
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(v["model"], "smol", "{v}");
     ureq::get(&format!("{url}/health")).call().unwrap();
     // The engine line comes within its interval of the work.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -85,7 +98,7 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
         .lines()
         .filter(|l| l.contains("infer::access"))
         .collect();
-    assert_eq!(access.len(), 3, "{log}");
+    assert_eq!(access.len(), 4, "{log}");
     assert!(access[0].contains("POST /v1/completions 200"), "{log}");
     assert!(access[0].contains(r#"request_id="req-42""#), "{log}");
     assert!(access[2].contains("GET /v1/models 200"), "{log}");
