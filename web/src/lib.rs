@@ -15,6 +15,7 @@ mod listen;
 pub mod metrics;
 mod router_probes;
 mod routes;
+mod responses;
 mod state;
 mod stats_log;
 

@@ -127,6 +127,7 @@ fn known_path(path: &str) -> bool {
         "/v1/models",
         "/v1/completions",
         "/v1/chat/completions",
+        "/v1/responses",
         "/server_info",
         "/get_server_info",
         "/model_info",
@@ -199,6 +200,14 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .and(with_state(state.clone()))
         .and(body::json::<ChatRequest>(state.budget.clone()))
         .then(chat::handle);
+    let responses = warp::path!("v1" / "responses")
+        .and(warp::post())
+        .and(auth.clone())
+        .and(with_state(state.clone()))
+        .and(body::json::<infer_api::responses::ResponsesRequest>(
+            state.budget.clone(),
+        ))
+        .then(crate::responses::handle);
     // Behind the key too when one is set: tokenizing is work anyone could make the server do.
     let tokenize = tokenizer_route("tokenize", &state, &auth, |s, r: &TokenizeRequest| {
         s.tokenize(r)
@@ -241,6 +250,8 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .or(completions)
         .unify()
         .or(chat)
+        .unify()
+        .or(responses)
         .unify();
     // Without CORS configured, a preflight gets the methods and no CORS headers (the browser
     // then refuses the cross-origin call).

@@ -8,6 +8,7 @@ pub mod fields;
 pub mod format;
 pub mod prepare;
 pub mod reasoning;
+pub mod responses;
 pub mod structured;
 pub mod tokenize;
 pub mod tools;
