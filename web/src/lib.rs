@@ -13,9 +13,9 @@ pub mod errors;
 mod http_log;
 mod listen;
 pub mod metrics;
+mod responses;
 mod router_probes;
 mod routes;
-mod responses;
 mod state;
 mod stats_log;
 

@@ -64,7 +64,9 @@ async fn run(state: Arc<ServerState>, req: Parsed<ResponsesRequest>) -> Result<R
         .map_err(|e| ApiError::from(e).structured_param(structured_param))?;
     let created = unix_now();
     if req.stream {
-        return Ok(sse_reply(event_stream(state, req, id, created, replies, events)));
+        return Ok(sse_reply(event_stream(
+            state, req, id, created, replies, events,
+        )));
     }
     let done = finish(events).await?;
     let Some(o) = done.outputs.first() else {
@@ -131,7 +133,11 @@ fn event_stream(
                     }
                 }
                 let mut u = usage_body.lock().unwrap_or_else(|e| e.into_inner());
-                u.1 += o.deltas.iter().map(|d| d.new_token_ids.len()).sum::<usize>();
+                u.1 += o
+                    .deltas
+                    .iter()
+                    .map(|d| d.new_token_ids.len())
+                    .sum::<usize>();
                 events
             }
         }
@@ -140,7 +146,10 @@ fn event_stream(
         let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
         let (mut events, items) = out.finish();
         let (prompt, completion, cached) = *usage.lock().unwrap_or_else(|e| e.into_inner());
-        let reason = finish_reason.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let reason = finish_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let usage = Usage::new(prompt, completion).with_cached(cached);
         let done = response(
             &req,

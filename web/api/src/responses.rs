@@ -66,7 +66,10 @@ fn content(value: &Value, at: &str) -> Result<Value, RequestError> {
             }
             Ok(Value::Array(out))
         }
-        _ => Err(bad("expected a string or a list of parts", &format!("{at}.content"))),
+        _ => Err(bad(
+            "expected a string or a list of parts",
+            &format!("{at}.content"),
+        )),
     }
 }
 
@@ -83,7 +86,10 @@ fn messages(req: &ResponsesRequest) -> Result<Vec<Value>, RequestError> {
     };
     for (i, item) in items.iter().enumerate() {
         let at = format!("input[{i}]");
-        let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+        let kind = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message");
         let field = |k: &str| item.get(k).and_then(Value::as_str);
         match kind {
             "message" => {
@@ -103,7 +109,8 @@ fn messages(req: &ResponsesRequest) -> Result<Vec<Value>, RequestError> {
                             calls.push(call);
                         }
                     }
-                    _ => msgs.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                    _ => msgs
+                        .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
                 }
             }
             "function_call_output" => msgs.push(json!({"role": "tool",
@@ -138,10 +145,16 @@ pub fn to_chat(req: &ResponsesRequest) -> Result<ChatRequest, RequestError> {
     chat.insert("messages".into(), Value::Array(messages(req)?));
     for (k, v) in [
         ("model", req.model.as_ref().map(|m| json!(m))),
-        ("max_completion_tokens", req.max_output_tokens.map(|m| json!(m))),
+        (
+            "max_completion_tokens",
+            req.max_output_tokens.map(|m| json!(m)),
+        ),
         ("temperature", req.temperature.map(|t| json!(t))),
         ("top_p", req.top_p.map(|t| json!(t))),
-        ("parallel_tool_calls", req.parallel_tool_calls.map(|p| json!(p))),
+        (
+            "parallel_tool_calls",
+            req.parallel_tool_calls.map(|p| json!(p)),
+        ),
         ("stream", Some(json!(req.stream))),
     ] {
         if let Some(v) = v {
@@ -194,7 +207,12 @@ pub fn to_chat(req: &ResponsesRequest) -> Result<ChatRequest, RequestError> {
                     json!({"type": "json_schema", "json_schema": schema}),
                 );
             }
-            _ => return Err(bad("expected text, json_object or json_schema", "text.format.type")),
+            _ => {
+                return Err(bad(
+                    "expected text, json_object or json_schema",
+                    "text.format.type",
+                ))
+            }
         },
     }
     serde_json::from_value(Value::Object(chat))
@@ -212,7 +230,12 @@ pub fn output_items(id: &str, message: &Value) -> Vec<Value> {
             items.push(message_item(id, text, "completed"));
         }
     }
-    for call in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+    for call in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         items.push(call_item(call));
     }
     items
@@ -311,7 +334,11 @@ impl ResponseStream {
 
     /// The item `slot` points at, opened (added) on first use.
     fn open(&mut self, reasoning: bool, events: &mut Vec<(String, Value)>) -> usize {
-        let slot = if reasoning { self.reasoning } else { self.message };
+        let slot = if reasoning {
+            self.reasoning
+        } else {
+            self.message
+        };
         if let Some(i) = slot {
             return i;
         }
@@ -322,15 +349,21 @@ impl ResponseStream {
             message_item(&self.id, "", "in_progress")
         };
         self.items.push(item.clone());
-        let e = self.event("response.output_item.added", json!({"output_index": i, "item": item}));
+        let e = self.event(
+            "response.output_item.added",
+            json!({"output_index": i, "item": item}),
+        );
         events.push(e);
         let part = if reasoning {
             json!({"type": "reasoning_text", "text": ""})
         } else {
             json!({"type": "output_text", "text": "", "annotations": []})
         };
-        let e = self.event("response.content_part.added", json!({"item_id": self.item_id(i),
-            "output_index": i, "content_index": 0, "part": part}));
+        let e = self.event(
+            "response.content_part.added",
+            json!({"item_id": self.item_id(i),
+            "output_index": i, "content_index": 0, "part": part}),
+        );
         events.push(e);
         if reasoning {
             self.reasoning = Some(i);
@@ -352,22 +385,36 @@ impl ResponseStream {
             (true, "reasoning_content", "response.reasoning_text.delta"),
             (false, "content", "response.output_text.delta"),
         ] {
-            let Some(text) = delta.get(key).and_then(Value::as_str).filter(|t| !t.is_empty())
+            let Some(text) = delta
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
             else {
                 continue;
             };
             let i = self.open(reasoning, &mut events);
             let so_far = &mut self.items[i]["content"][0]["text"];
             *so_far = format!("{}{text}", so_far.as_str().unwrap_or_default()).into();
-            let e = self.event(kind, json!({"item_id": self.item_id(i), "output_index": i,
-                "content_index": 0, "delta": text}));
+            let e = self.event(
+                kind,
+                json!({"item_id": self.item_id(i), "output_index": i,
+                "content_index": 0, "delta": text}),
+            );
             events.push(e);
         }
-        for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             // Calls arrive as deltas; they are whole at the end (indexed by `index`).
             let index = call["index"].as_u64().unwrap_or(0) as usize;
             if self.calls.len() <= index {
-                self.calls.resize(index + 1, json!({"id": "", "function": {"name": "", "arguments": ""}}));
+                self.calls.resize(
+                    index + 1,
+                    json!({"id": "", "function": {"name": "", "arguments": ""}}),
+                );
             }
             let c = &mut self.calls[index];
             if let Some(id) = call.get("id").and_then(Value::as_str) {
@@ -395,14 +442,23 @@ impl ResponseStream {
             self.items[i]["status"] = "completed".into();
             let text = self.items[i]["content"][0]["text"].clone();
             let id = self.item_id(i);
-            let e = self.event(done, json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}));
+            let e = self.event(
+                done,
+                json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}),
+            );
             events.push(e);
             let part = self.items[i]["content"][0].clone();
-            let e = self.event("response.content_part.done", json!({"item_id": id,
-                "output_index": i, "content_index": 0, "part": part}));
+            let e = self.event(
+                "response.content_part.done",
+                json!({"item_id": id,
+                "output_index": i, "content_index": 0, "part": part}),
+            );
             events.push(e);
             let item = self.items[i].clone();
-            let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
+            let e = self.event(
+                "response.output_item.done",
+                json!({"output_index": i, "item": item}),
+            );
             events.push(e);
         }
         for call in std::mem::take(&mut self.calls) {
@@ -412,15 +468,27 @@ impl ResponseStream {
             let mut added = item.clone();
             added["status"] = "in_progress".into();
             added["arguments"] = "".into();
-            let e = self.event("response.output_item.added", json!({"output_index": i, "item": added}));
+            let e = self.event(
+                "response.output_item.added",
+                json!({"output_index": i, "item": added}),
+            );
             events.push(e);
-            let e = self.event("response.function_call_arguments.delta", json!({"item_id": item["id"],
-                "output_index": i, "delta": item["arguments"]}));
+            let e = self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": item["id"],
+                "output_index": i, "delta": item["arguments"]}),
+            );
             events.push(e);
-            let e = self.event("response.function_call_arguments.done", json!({"item_id": item["id"],
-                "output_index": i, "arguments": item["arguments"]}));
+            let e = self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": item["id"],
+                "output_index": i, "arguments": item["arguments"]}),
+            );
             events.push(e);
-            let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
+            let e = self.event(
+                "response.output_item.done",
+                json!({"output_index": i, "item": item}),
+            );
             events.push(e);
         }
         (events, self.items.clone())
