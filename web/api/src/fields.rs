@@ -5,9 +5,10 @@
 use infer_core::{ChatMessage, SamplingParams};
 use serde_json::{json, Value};
 
+use crate::defaults::RequestDefaults;
 use crate::prepare::RequestError;
 use crate::types::{
-    ChatMessageIn, MessageContent, SamplingFields, StructuredFields, IGNORED_FIELDS,
+    ChatMessageIn, ChatRequest, MessageContent, SamplingFields, StructuredFields, IGNORED_FIELDS,
 };
 
 /// A request body as `T`; a body that does not parse is a 400 whose `param` is the field at
@@ -239,6 +240,35 @@ fn past_calls(i: usize, m: &ChatMessageIn) -> Result<Option<Vec<Value>>, Request
     Ok(Some(out))
 }
 
+/// The template's extra variables: the server's defaults, vLLM's `documents` and
+/// `reasoning_effort`, then the request's `chat_template_kwargs` (which win, as in vLLM).
+pub(crate) fn template_kwargs(
+    req: &ChatRequest,
+    defaults: &RequestDefaults,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut kwargs = defaults.chat_template_kwargs.clone();
+    if let Some(d) = &req.documents {
+        kwargs.insert("documents".into(), serde_json::json!(d));
+    }
+    if let Some(e) = &req.reasoning_effort {
+        kwargs.insert("reasoning_effort".into(), e.clone().into());
+    }
+    kwargs.extend(req.chat_template_kwargs.clone().unwrap_or_default());
+    (!kwargs.is_empty()).then_some(kwargs)
+}
+
+/// vLLM's chat `echo`: the last message's text, when the reply takes its role (the reply
+/// continues it, or it is an assistant message before a new assistant turn).
+pub(crate) fn echoed(req: &ChatRequest) -> Option<String> {
+    let last = req.messages.last()?;
+    let continues = req.continue_final_message || req.add_generation_prompt == Some(false);
+    if !continues && last.role != "assistant" {
+        return None;
+    }
+    let messages = chat_messages(std::slice::from_ref(last)).ok()?;
+    messages.into_iter().next().map(|m| m.content)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,7 +279,7 @@ mod tests {
 
     #[test]
     fn type_errors_name_the_field() {
-        use crate::types::{ChatRequest, CompletionRequest};
+        use crate::types::CompletionRequest;
         let err = parse_body::<CompletionRequest>(br#"{"prompt": "x", "max_tokens": "ten"}"#)
             .unwrap_err();
         assert_eq!(err.param.as_deref(), Some("max_tokens"), "{err:?}");

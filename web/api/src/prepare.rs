@@ -5,7 +5,7 @@
 use infer_core::{ChatMessage, InferError, SamplingParams, Tokenizer};
 
 use crate::defaults::RequestDefaults;
-use crate::fields::apply_common;
+use crate::fields::{apply_common, echoed, template_kwargs};
 pub use crate::fields::{chat_messages, check_extra_fields};
 use crate::tools::{self, prompt::write_into_messages, CallFormat, ToolCallParser, ToolPlan};
 use crate::types::{ChatRequest, CompletionRequest, PromptInput};
@@ -562,33 +562,4 @@ impl Served<'_> {
             .param("continue_final_message")),
         }
     }
-}
-
-/// The template's extra variables: the server's defaults, vLLM's `documents` and
-/// `reasoning_effort`, then the request's `chat_template_kwargs` (which win, as in vLLM).
-fn template_kwargs(
-    req: &ChatRequest,
-    defaults: &RequestDefaults,
-) -> Option<serde_json::Map<String, serde_json::Value>> {
-    let mut kwargs = defaults.chat_template_kwargs.clone();
-    if let Some(d) = &req.documents {
-        kwargs.insert("documents".into(), serde_json::json!(d));
-    }
-    if let Some(e) = &req.reasoning_effort {
-        kwargs.insert("reasoning_effort".into(), e.clone().into());
-    }
-    kwargs.extend(req.chat_template_kwargs.clone().unwrap_or_default());
-    (!kwargs.is_empty()).then_some(kwargs)
-}
-
-/// vLLM's chat `echo`: the last message's text, when the reply takes its role (the reply
-/// continues it, or it is an assistant message before a new assistant turn).
-fn echoed(req: &ChatRequest) -> Option<String> {
-    let last = req.messages.last()?;
-    let continues = req.continue_final_message || req.add_generation_prompt == Some(false);
-    if !continues && last.role != "assistant" {
-        return None;
-    }
-    let messages = chat_messages(std::slice::from_ref(last)).ok()?;
-    messages.into_iter().next().map(|m| m.content)
 }
