@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Builds (here, with internet) what scripts/gpu-check.sh runs on the GPU machine, which has
-# CUDA but no internet and no Rust: the stripped `infer` binary and the CUDA test binaries in
-# target/gpu-bundle/, and the SmolLM2 GGUF split in 30 MiB parts (each carry is at most
-# 64 MiB, so the parts travel over several calls; gpu-check.sh reassembles them).
+# CUDA but no internet and no Rust, in target/gpu-bundle/: bin.tar.xz (the stripped `infer`
+# binary and the CUDA test binaries), smollm2-hf/ (SmolLM2's config and tokenizer, for random
+# weights), and the SmolLM2 GGUF split in 30 MiB parts. A call carries at most 64 MiB with
+# the work tree, so the parts travel over several calls; gpu-check.sh reassembles them:
+#   1. carry bin.tar.xz, smollm2-hf, model/part-00:  scripts/gpu-check.sh nomodel
+#   2. carry model/part-01, model/part-03:           scripts/gpu-check.sh --parts-only
+#   3. carry model/part-02:                          scripts/gpu-check.sh model
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh >&2
@@ -20,5 +24,8 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/bin/cuda-" + m["target"]["name"])
 ' "$OUT"
 strip "$OUT"/bin/*
+tar -C "$OUT" -cJf "$OUT/bin.tar.xz" bin
+target/release/infer tokenizer export models/SmolLM2-135M-Instruct.Q4_1.gguf "$OUT/smollm2-hf" >&2
+cp configs/smollm2-135m/config.json "$OUT/smollm2-hf/"
 split -b 30M -d models/SmolLM2-135M-Instruct.Q4_1.gguf "$OUT/model/part-"
-ls -la "$OUT"/bin "$OUT"/model >&2
+ls -la "$OUT" "$OUT"/model >&2

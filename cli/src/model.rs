@@ -48,7 +48,10 @@ pub enum WgpuWeights {
 /// How the CUDA backend stores weight matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CudaWeights {
-    /// f16 on tensor cores with f32 accumulation (cuBLAS).
+    /// Quantized GGUF matrices (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) stay in their blocks on
+    /// the GPU, computed on in-kernel; other matrices f16.
+    Packed,
+    /// Every matrix dequantized to f16, on tensor cores with f32 accumulation (cuBLAS).
     F16,
     /// Exact dequantized values, f32 GEMMs (the reference path).
     F32,
@@ -101,6 +104,14 @@ pub enum DummyDtype {
     Q4_0,
     #[value(name = "q8_0")]
     Q8_0,
+    #[value(name = "q4_1")]
+    Q4_1,
+    #[value(name = "q4_k")]
+    Q4K,
+    #[value(name = "q5_k")]
+    Q5K,
+    #[value(name = "q6_k")]
+    Q6K,
 }
 
 /// Where the weights come from.
@@ -130,6 +141,10 @@ pub fn load_model<B: Backend>(
                 DummyDtype::F32 => None,
                 DummyDtype::Q4_0 => Some(GgmlType::Q4_0),
                 DummyDtype::Q8_0 => Some(GgmlType::Q8_0),
+                DummyDtype::Q4_1 => Some(GgmlType::Q4_1),
+                DummyDtype::Q4K => Some(GgmlType::Q4K),
+                DummyDtype::Q5K => Some(GgmlType::Q5K),
+                DummyDtype::Q6K => Some(GgmlType::Q6K),
             },
         },
     };
@@ -174,8 +189,8 @@ pub struct ModelArgs {
     pub model: String,
     #[arg(long, value_enum, default_value = "auto")]
     pub load_format: LoadFormat,
-    /// With `--load-format dummy`: the type of the random matrices (q4_0 / q8_0 fit real-size
-    /// models in a small machine's memory).
+    /// With `--load-format dummy`: the type of the random matrices (quantized types fit
+    /// real-size models in a small machine's memory).
     #[arg(long, value_enum, default_value = "f32")]
     pub dummy_dtype: DummyDtype,
     /// Take the tokenizer from this model instead (GGUF, HF dir or hub id).
@@ -190,7 +205,7 @@ pub struct ModelArgs {
     pub cpu_weights: CpuWeights,
     #[arg(long, value_enum, default_value = "f16")]
     pub wgpu_weights: WgpuWeights,
-    #[arg(long, value_enum, default_value = "f16")]
+    #[arg(long, value_enum, default_value = "packed")]
     pub cuda_weights: CudaWeights,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
@@ -349,6 +364,9 @@ impl ModelArgs {
             BackendKind::Cuda => {
                 let weights = match (f32_weights, self.cuda_weights) {
                     (Some(true), _) | (None, CudaWeights::F32) => infer_cuda::CudaWeights::F32,
+                    // Half precision (vLLM's --dtype half) computes on the blocks of a
+                    // quantized model as vLLM's GGUF kernels do.
+                    (_, CudaWeights::Packed) => infer_cuda::CudaWeights::Packed,
                     (Some(false), _) | (None, CudaWeights::F16) => infer_cuda::CudaWeights::F16,
                 };
                 // Each rank of a node takes the next device.

@@ -233,6 +233,18 @@ pub trait Backend {
     fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Tensor) -> Result<()>;
     /// `x += y` (residual connection).
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// `x += y`, then `rms_norm(x, weight, eps)`: a residual connection and the norm the next
+    /// block opens with, which a GPU backend does in one pass (one launch, `x` read once).
+    fn add_rms_norm(
+        &self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        weight: &Self::Tensor,
+        eps: f32,
+    ) -> Result<Self::Tensor> {
+        self.add_assign(x, y)?;
+        self.rms_norm(x, weight, eps)
+    }
     /// `silu(gate) * up`.
     fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
     /// `gelu_tanh(gate) * up`, GELU's tanh approximation

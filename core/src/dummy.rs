@@ -1,7 +1,8 @@
 //! Random weights for a model config (`--load-format dummy`, as vLLM's benchmarks use): the
 //! shapes, and so the speed, of a model we have no weights for. Values are deterministic per
 //! weight and seed, uniform in ±0.035 (about the spread of a 0.02-std init); norms are ones.
-//! Matrices can come as random Q4_0 / Q8_0 blocks, so an 8B model fits a small machine.
+//! Matrices can come as random quantized blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), so an 8B
+//! model fits a small machine and the packed kernels run at real sizes.
 
 use std::path::Path;
 
@@ -19,8 +20,8 @@ use crate::weights::{HostTensor, LayerWeight, PackedTensor, WeightName, WeightSo
 pub struct DummyWeights {
     config: ModelConfig,
     seed: u64,
-    /// Matrices as random blocks of this type (Q4_0 or Q8_0) instead of f32: real-size
-    /// models in a quarter (an eighth) of the memory, and the packed kernels' speed.
+    /// Matrices as random blocks of this type instead of f32: real-size models in an eighth
+    /// (Q4) to a quarter (Q8_0) of the memory, and the packed kernels' speed.
     packed: Option<GgmlType>,
 }
 
@@ -33,12 +34,14 @@ impl DummyWeights {
         }
     }
 
-    /// Matrices as random `dtype` blocks (Q4_0 or Q8_0); other types are refused by name.
+    /// Matrices as random `dtype` blocks (`RANDOM_BLOCK_TYPES`); other types are refused by
+    /// name.
     pub fn packed(self, dtype: GgmlType) -> Result<Self> {
-        if !matches!(dtype, GgmlType::Q4_0 | GgmlType::Q8_0) {
+        if block_scales(dtype).is_none() {
+            let names: Vec<_> = RANDOM_BLOCK_TYPES.iter().map(|t| t.name()).collect();
             return Err(InferError::invalid(
                 "dummy dtype",
-                format!("{} (supported: f32, q4_0, q8_0)", dtype.name()),
+                format!("{} (supported: f32, {})", dtype.name(), names.join(", ")),
             ));
         }
         Ok(DummyWeights {
@@ -48,32 +51,62 @@ impl DummyWeights {
     }
 }
 
-/// Random blocks of `dtype` for a `[rows, cols]` matrix: an f16 scale then the quants, values
-/// spread over about ±0.035 like the f32 weights.
-fn random_blocks(dtype: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+/// Where each quant type keeps its f16 scales, and the values that spread its weights over
+/// about ±0.035 like the f32 ones (random quants, random 6-bit sub-scales for K-quants).
+fn block_scales(dtype: GgmlType) -> Option<&'static [(usize, f32)]> {
+    Some(match dtype {
+        // Quants −128..127.
+        GgmlType::Q8_0 => &[(0, 0.035 / 127.0)],
+        // Codes 0..16 around 8.
+        GgmlType::Q4_0 => &[(0, 0.035 / 8.0)],
+        // d · 0..15 + m.
+        GgmlType::Q4_1 => &[(0, 0.07 / 15.0), (2, -0.035)],
+        // d · sc · q − dmin · m, sc and m 0..63.
+        GgmlType::Q4K => &[(0, 0.07 / (15.0 * 63.0)), (2, 0.035 / 63.0)],
+        GgmlType::Q5K => &[(0, 0.07 / (31.0 * 63.0)), (2, 0.035 / 63.0)],
+        // d · sc · (q − 32), sc −128..127.
+        GgmlType::Q6K => &[(208, 0.035 / (128.0 * 32.0))],
+        _ => return None,
+    })
+}
+
+/// The quant types `random_blocks` makes.
+pub const RANDOM_BLOCK_TYPES: [GgmlType; 6] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Random blocks of `dtype` (one of `RANDOM_BLOCK_TYPES`, else `None`) for a `[rows, cols]`
+/// matrix, `cols` a whole number of blocks: random quants under fixed scales.
+pub fn random_blocks(dtype: GgmlType, rows: usize, cols: usize, seed: u64) -> Option<Vec<u8>> {
+    let scales = block_scales(dtype)?;
     let (per_block, block_bytes) = dtype.block();
     let n_blocks = rows * cols / per_block;
-    // Q4_0 quants are 0..16 around 8, Q8_0 ones −128..127.
-    let scale = match dtype {
-        GgmlType::Q4_0 => 0.035f32 / 8.0,
-        _ => 0.035 / 127.0,
-    };
-    let scale = half::f16::from_f32(scale).to_le_bytes();
+    let scales: Vec<(usize, [u8; 2])> = scales
+        .iter()
+        .map(|&(at, v)| (at, half::f16::from_f32(v).to_le_bytes()))
+        .collect();
     let mut data = vec![0u8; n_blocks * block_bytes];
     const CHUNK: usize = 1 << 12;
     data.par_chunks_mut(CHUNK * block_bytes)
         .enumerate()
         .for_each(|(i, chunk)| {
             let mut state = seed ^ (i as u64).wrapping_mul(0xD134_2543_DE82_EF95);
+            for q in chunk.chunks_mut(8) {
+                let r = splitmix(&mut state).to_le_bytes();
+                q.copy_from_slice(&r[..q.len()]);
+            }
             for block in chunk.chunks_exact_mut(block_bytes) {
-                block[..2].copy_from_slice(&scale);
-                for q in block[2..].chunks_mut(8) {
-                    let r = splitmix(&mut state).to_le_bytes();
-                    q.copy_from_slice(&r[..q.len()]);
+                for (at, bytes) in &scales {
+                    block[*at..*at + 2].copy_from_slice(bytes);
                 }
             }
         });
-    data
+    Some(data)
 }
 
 /// SplitMix64: a fast, well-mixed stream per chunk (random weights for an 8B model are
@@ -128,8 +161,11 @@ impl WeightSource for DummyWeights {
             // Rows that are not whole blocks stay f32.
             return Ok(None);
         }
+        let Some(data) = random_blocks(dtype, rows, cols, self.seed ^ name_hash(w)) else {
+            return Ok(None);
+        };
         Ok(Some(PackedTensor {
-            data: random_blocks(dtype, rows, cols, self.seed ^ name_hash(w)).into(),
+            data: data.into(),
             shape,
             dtype,
         }))
@@ -179,7 +215,8 @@ pub fn open_dummy_config(spec: &str) -> Result<(ModelConfig, Option<Tokenizer>)>
     }
 }
 
-fn hf_tokenizer(dir: &Path) -> Result<Option<Tokenizer>> {
+/// The tokenizer files of HF directory `dir`, or `None` where it has no tokenizer.json.
+pub(crate) fn hf_tokenizer(dir: &Path) -> Result<Option<Tokenizer>> {
     if !dir.join("tokenizer.json").is_file() {
         return Ok(None);
     }

@@ -127,11 +127,18 @@ pub fn open_request(req: &LoadRequest) -> Result<OpenedModel> {
         }
     };
     let tokenizer = match (req.tokenizer, tokenizer) {
-        (Some(spec), _) => {
-            open_model(spec)
-                .map_err(|e| InferError::Tokenizer(format!("loading the tokenizer from {spec}: {e}")))?
-                .tokenizer
-        }
+        (Some(spec), _) => match crate::dummy::hf_tokenizer(Path::new(spec))? {
+            // A directory of tokenizer files alone (what `infer tokenizer export` writes), as
+            // vLLM's --tokenizer takes.
+            Some(t) => t,
+            None => {
+                open_model(spec)
+                    .map_err(|e| {
+                        InferError::Tokenizer(format!("loading the tokenizer from {spec}: {e}"))
+                    })?
+                    .tokenizer
+            }
+        },
         (None, Some(t)) => t,
         (None, None) => {
             return Err(InferError::Tokenizer(format!(

@@ -38,3 +38,16 @@ fn packed_weights_are_views_of_the_mapped_file() {
         assert_eq!(clone.as_ptr(), bytes.as_ptr(), "clones share the view");
     }
 }
+
+/// The packed-matrix conformance check (which the GPU backends run) on the CPU's packed
+/// kernels: every type `random_blocks` makes. The CPU quantizes activations to 8 bits for
+/// its integer dot products, hence the looser tolerance.
+#[test]
+fn cpu_packed_matmul_passes_the_conformance_check() {
+    use infer_core::dummy::RANDOM_BLOCK_TYPES;
+    use infer_tests::conformance::check_packed_matmul;
+    let cpu = infer_cpu::CpuBackend::new();
+    for (i, dtype) in RANDOM_BLOCK_TYPES.into_iter().enumerate() {
+        check_packed_matmul(&cpu, dtype, &[1, 3, 9], 37, 512, i as u64, |_| 2e-2);
+    }
+}

@@ -1,7 +1,8 @@
-// Each row's argmax (lowest index on ties), one block per row (blockDim.x = 256).
+// Each row's argmax (lowest index on ties), one block per row (blockDim.x = 1024, a power of
+// two: a decode step's lone row spreads over the whole block).
 extern "C" __global__ void argmax(const float* x, u32* out, u32 cols) {
-    __shared__ float best_v[256];
-    __shared__ u32 best_i[256];
+    __shared__ float best_v[1024];
+    __shared__ u32 best_i[1024];
     const float* row = x + (size_t)blockIdx.x * cols;
     float v = -INFINITY;
     u32 idx = 0xffffffffu;

@@ -6,6 +6,8 @@
 // layers); `softcap` > 0 caps scores to softcap * tanh(s / softcap) (Gemma 2).
 #define PARTITION 512
 #define MAX_HEAD_DIM 256
+// Warps in a block (blockDim.x = 32 * ATTENTION_WARPS; the Rust side's ATTENTION_THREADS).
+#define ATTENTION_WARPS 8
 
 extern "C" __global__ void paged_attention(
     const float* q,            // [tokens, heads * head_dim]
@@ -45,6 +47,8 @@ extern "C" __global__ void paged_attention(
     const u32* table = block_tables + (size_t)token_seq[t] * max_blocks;
     // A warp per key: lanes split the head dimension.
     u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    // Unrolled so a warp has several keys' loads in flight instead of one at a time.
+#pragma unroll 4
     for (u32 j = start + warp; j < end; j += warps) {
         size_t slot = (size_t)table[j / block_size] * block_size + j % block_size;
         const f16* k = k_cache + slot * width + kvh * head_dim;
@@ -66,14 +70,34 @@ extern "C" __global__ void paged_attention(
     }
     sum = block_sum(sum);
     __syncthreads();
-    // Threads over the head dimension: consecutive threads read consecutive values of a row.
-    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float acc = 0.0f;
-        for (u32 j = start; j < end; ++j) {
-            size_t slot = (size_t)table[j / block_size] * block_size + j % block_size;
-            acc += scores[j - start] * f16_to_f32(v_cache[slot * width + kvh * head_dim + d]);
+    // Values as the keys: warp w takes keys start + w, start + w + warps, ..., its lanes the
+    // head dimension (consecutive lanes read consecutive values of a row); then the warps'
+    // partial sums are added.
+    __shared__ float vpart[ATTENTION_WARPS][MAX_HEAD_DIM];
+    float acc[MAX_HEAD_DIM / 32];
+#pragma unroll
+    for (u32 i = 0; i < MAX_HEAD_DIM / 32; ++i) acc[i] = 0.0f;
+#pragma unroll 4
+    for (u32 j = start + warp; j < end; j += warps) {
+        size_t slot = (size_t)table[j / block_size] * block_size + j % block_size;
+        const f16* v = v_cache + slot * width + kvh * head_dim;
+        float sj = scores[j - start];
+#pragma unroll
+        for (u32 i = 0; i < MAX_HEAD_DIM / 32; ++i) {
+            u32 d = lane + 32 * i;
+            if (d < head_dim) acc[i] += sj * f16_to_f32(v[d]);
         }
-        part_out[part * head_dim + d] = acc;
+    }
+#pragma unroll
+    for (u32 i = 0; i < MAX_HEAD_DIM / 32; ++i) {
+        u32 d = lane + 32 * i;
+        if (d < head_dim) vpart[warp][d] = acc[i];
+    }
+    __syncthreads();
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float a = 0.0f;
+        for (u32 w = 0; w < warps; ++w) a += vpart[w][d];
+        part_out[part * head_dim + d] = a;
     }
     if (threadIdx.x == 0) {
         part_max[part] = m;

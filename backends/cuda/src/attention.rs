@@ -8,7 +8,7 @@ use infer_core::error::Result;
 use crate::backend::{u32_arg, CudaBackend, CudaBatch};
 use crate::cache::CudaKvCache;
 use crate::error::{op_err, CudaError};
-use crate::kernels::{ATTENTION_PARTITION, MAX_HEAD_DIM};
+use crate::kernels::{ATTENTION_PARTITION, ATTENTION_THREADS, MAX_HEAD_DIM};
 use crate::tensor::{CudaTensor, Storage};
 
 pub fn paged_attention(
@@ -92,7 +92,7 @@ pub fn paged_attention(
     b.arg(&mut part_out).arg(&mut part_max).arg(&mut part_sum);
     let cfg = LaunchConfig {
         grid_dim: (h, a(n)?, a(parts)?),
-        block_dim: (128, 1, 1),
+        block_dim: (ATTENTION_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: the kernel's signature is matched argument by argument; block ids were checked

@@ -18,7 +18,10 @@ use crate::tensor::{CudaTensor, Storage};
 /// How weight matrices are kept on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CudaWeights {
-    /// f16, multiplied on tensor cores with f32 accumulation (default).
+    /// Quantized GGUF matrices stay in their blocks where `quant.rs` has kernels for the
+    /// type; everything else as `F16` (default).
+    Packed,
+    /// f16, multiplied on tensor cores with f32 accumulation.
     F16,
     /// f32 (exact dequantized values; the reference path).
     F32,
@@ -130,10 +133,6 @@ impl CudaBackend {
         if let Some(last) = shape.last_mut() {
             *last = n;
         }
-        // cuBLAS runs in the thread's current context (kernel launches bind it themselves).
-        self.dev.ctx.bind_to_thread()?;
-        let xs = x.f32("matmul")?;
-        let s = &self.dev.stream;
         if m == 0 || n == 0 || k == 0 {
             // Nothing to multiply (k = 0: the zero-filled output is the product).
             return Ok(CudaTensor {
@@ -141,6 +140,23 @@ impl CudaBackend {
                 shape,
             });
         }
+        // Few rows (decode): one launch reading each weight once, packed blocks as they are.
+        if let Some(kernel) = self.matvec_kernel(w, m) {
+            return self.matvec(&kernel, x, w, shape);
+        }
+        // Larger batches: packed matrices as f16 scratch for the tensor cores.
+        let dequantized;
+        let w_storage = match &w.storage {
+            Storage::Packed { .. } => {
+                dequantized = self.dequant_f16(w)?;
+                &dequantized
+            }
+            other => other,
+        };
+        // cuBLAS runs in the thread's current context (kernel launches bind it themselves).
+        self.dev.ctx.bind_to_thread()?;
+        let xs = x.f32("matmul")?;
+        let s = &self.dev.stream;
         // beta = 0: cuBLAS writes every element of the output without reading it.
         let mut out = self.output_f32(m * n)?;
         let dims = |v: usize| i32::try_from(v).map_err(|_| op_err("matmul", "dimension over i32"));
@@ -148,7 +164,7 @@ impl CudaBackend {
         let (alpha, beta) = (1.0f32, 0.0f32);
         // f16 weights: activations cast to f16 for the tensor cores, accumulation stays f32.
         let mut x_half = None;
-        if let Storage::F16(_) = &w.storage {
+        if let Storage::F16(_) = w_storage {
             self.count(m * k * 2);
             // SAFETY: the cast below writes all m*k elements before the GEMM reads them.
             let mut xh = unsafe { s.alloc::<u16>(m * k) }?;
@@ -160,7 +176,7 @@ impl CudaBackend {
             unsafe { b.launch(elementwise(m * k)) }?;
             x_half = Some(xh);
         }
-        let ((wp, _w), (xp, _x), dtype, algo) = match (&w.storage, &x_half) {
+        let ((wp, _w), (xp, _x), dtype, algo) = match (w_storage, &x_half) {
             (Storage::F16(ws), Some(xh)) => (
                 ws.device_ptr(s),
                 xh.device_ptr(s),
@@ -174,7 +190,7 @@ impl CudaBackend {
                 cudaDataType::CUDA_R_32F,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             ),
-            (Storage::F16(_), None) => return Err(op_err("matmul", "f16 activations missing")),
+            _ => return Err(op_err("matmul", "f16 activations missing")),
         };
         let (op, _o) = out.device_ptr_mut(s);
         // SAFETY: live device buffers on the handle's stream: w n*k and x m*k of `dtype`,

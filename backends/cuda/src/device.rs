@@ -80,6 +80,7 @@ impl Device {
         // order already serializes all reads and writes; cudarc's per-buffer events would only
         // add two event creations and destructions to every allocation of every op.
         unsafe { ctx.disable_event_tracking() };
+        keep_pool_memory(&ctx)?;
         let name = ctx.name()?;
         let arch = ctx.compute_capability()?;
         let stream = ctx.default_stream();
@@ -114,6 +115,51 @@ impl Device {
     }
 }
 
+/// Every op allocates its output from the device's default pool (`cuMemAllocAsync`). The
+/// pool's default release threshold of 0 hands freed memory back to the driver at each sync,
+/// so every step mapped its activations anew; keeping it makes a step's allocations pool
+/// hits. `trim_pool` gives it back where free memory is measured.
+fn keep_pool_memory(ctx: &CudaContext) -> Result<(), CudaError> {
+    use cudarc::driver::{result, sys};
+    if !pools_supported(ctx)? {
+        return Ok(());
+    }
+    let mut threshold = u64::MAX;
+    // SAFETY: the pool is the context's device's default pool; RELEASE_THRESHOLD takes a u64.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device())?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut threshold as *mut u64 as *mut std::ffi::c_void,
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether cudarc allocates from the pool (it does where the device supports pools).
+fn pools_supported(ctx: &CudaContext) -> Result<bool, CudaError> {
+    use cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+    Ok(ctx.attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? > 0)
+}
+
+/// Waits for the stream and returns the pool's unused memory to the driver, so `mem_get_info`
+/// counts only live allocations.
+pub fn trim_pool(dev: &Device) -> Result<(), CudaError> {
+    use cudarc::driver::result;
+    dev.stream.synchronize()?;
+    if !pools_supported(&dev.ctx)? {
+        return Ok(());
+    }
+    // SAFETY: the default pool of the context's device; nothing from it is in flight after
+    // the synchronize, and trimming keeps every live allocation.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(dev.ctx.cu_device())?;
+        result::mem_pool::trim_to(pool, 0)?;
+    }
+    Ok(())
+}
+
 /// A grid-stride launch over `n` elements.
 pub fn elementwise(n: usize) -> LaunchConfig {
     let threads = 256u32;
@@ -123,6 +169,13 @@ pub fn elementwise(n: usize) -> LaunchConfig {
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// Threads for a block that loops over `work` items: a multiple of 32 (block reductions need
+/// whole warps), about four items each, at most 1024. A lone decode row then spreads over
+/// the block instead of queueing on a few threads.
+pub fn threads_for(work: usize) -> u32 {
+    (work.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32
 }
 
 /// Launches one block of `threads` per row; nothing for zero rows (a kernel would still

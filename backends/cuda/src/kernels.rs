@@ -31,7 +31,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
     (
         "rms_norm.cu",
         include_str!("../kernels/rms_norm.cu"),
-        &["rms_norm"],
+        &["rms_norm", "add_rms_norm"],
     ),
     ("rope.cu", include_str!("../kernels/rope.cu"), &["rope"]),
     (
@@ -62,6 +62,31 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
+        "quant.cu",
+        include_str!("../kernels/quant.cu"),
+        &[
+            "matvec_f16",
+            "matvec_q8_0",
+            "dequant_q8_0",
+            "embedding_q8_0",
+            "matvec_q4_0",
+            "dequant_q4_0",
+            "embedding_q4_0",
+            "matvec_q4_1",
+            "dequant_q4_1",
+            "embedding_q4_1",
+            "matvec_q4_k",
+            "dequant_q4_k",
+            "embedding_q4_k",
+            "matvec_q5_k",
+            "dequant_q5_k",
+            "embedding_q5_k",
+            "matvec_q6_k",
+            "dequant_q6_k",
+            "embedding_q6_k",
+        ],
+    ),
+    (
         "argmax.cu",
         include_str!("../kernels/argmax.cu"),
         &["argmax"],
@@ -72,6 +97,8 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
 pub const ATTENTION_PARTITION: usize = 512;
 /// Most experts the grouping kernel's shared memory holds (`MOE_MAX_EXPERTS` in moe.cu).
 pub const MOE_MAX_EXPERTS: usize = 4096;
+/// Threads of an attention block (`32 * ATTENTION_WARPS` in paged_attention.cu).
+pub const ATTENTION_THREADS: u32 = 256;
 /// Largest head dimension the attention kernel's shared memory holds.
 pub const MAX_HEAD_DIM: usize = 256;
 

@@ -12,6 +12,7 @@ pub mod kernels;
 mod moe;
 mod nccl;
 mod ops;
+mod quant;
 mod tensor;
 
 pub use backend::{CudaBackend, CudaBatch, CudaWeights};
@@ -20,4 +21,5 @@ pub use device::{check_devices, check_libraries};
 pub use error::CudaError;
 pub use moe::CudaRouting;
 pub use nccl::check_nccl;
+pub use quant::MATVEC_MAX_ROWS;
 pub use tensor::CudaTensor;

@@ -161,12 +161,17 @@ impl CudaBackend {
             let kernel = match &experts.storage {
                 Storage::F32(_) => "moe_matmul_f32",
                 Storage::F16(_) => "moe_matmul_f16",
+                // `upload_packed` keeps only 2-D matrices packed; experts are 3-D.
+                Storage::Packed { .. } => {
+                    return Err(op_err("moe_matmul", "packed expert weights").into())
+                }
             };
             let mut b = s.launch_builder(self.dev.function(kernel)?);
             b.arg(x.f32("moe_matmul")?);
             match &experts.storage {
                 Storage::F32(w) => b.arg(w),
                 Storage::F16(w) => b.arg(w),
+                Storage::Packed { data, .. } => b.arg(data),
             };
             b.arg(&mut out)
                 .arg(&r.offsets)

@@ -8,11 +8,11 @@ use infer_core::block_manager::BlockCopy;
 use infer_core::config::RopeStyle;
 use infer_core::error::{InferError, Result};
 use infer_core::moe::{HostRouting, MoeRouting};
-use infer_core::weights::HostTensor;
+use infer_core::weights::{HostTensor, PackedTensor};
 
 use crate::backend::{u32_arg, CudaBackend, CudaBatch, CudaWeights};
 use crate::cache::{CudaKvCache, CudaSwapSpace};
-use crate::device::{elementwise, launch_rows};
+use crate::device::{elementwise, launch_rows, threads_for};
 use crate::error::{op_err, CudaError};
 use crate::tensor::{CudaTensor, Storage};
 
@@ -72,7 +72,15 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> String {
         let (major, minor) = self.dev.arch;
-        format!("cuda ({}, sm_{major}{minor})", self.dev.name)
+        let weights = match self.weights {
+            CudaWeights::Packed => "packed",
+            CudaWeights::F16 => "f16",
+            CudaWeights::F32 => "f32",
+        };
+        format!(
+            "cuda ({}, sm_{major}{minor}, {weights} weights)",
+            self.dev.name
+        )
     }
 
     fn upload(&self, t: &HostTensor) -> Result<CudaTensor> {
@@ -91,6 +99,10 @@ impl Backend for CudaBackend {
             storage: Storage::F32(data),
             shape: t.shape.clone(),
         })
+    }
+
+    fn upload_packed(&self, t: &PackedTensor) -> Result<Option<CudaTensor>> {
+        Ok(self.upload_packed_matrix(t)?)
     }
 
     fn upload_matrix(&self, t: &HostTensor) -> Result<CudaTensor> {
@@ -166,6 +178,7 @@ impl Backend for CudaBackend {
     }
 
     fn device_memory(&self) -> Option<DeviceMemory> {
+        crate::device::trim_pool(&self.dev).ok()?;
         let (free, total) = self.dev.ctx.mem_get_info().ok()?;
         let peak_step = self
             .peak_step_bytes
@@ -200,9 +213,9 @@ impl Backend for CudaBackend {
         let f = self.dev.function("argmax")?;
         let mut b = self.dev.stream.launch_builder(f);
         b.arg(logits.f32("argmax")?).arg(&mut ids).arg(&cols32);
-        // SAFETY: argmax(const float*, u32*, u32) with 256 threads (its shared arrays' size),
+        // SAFETY: argmax(const float*, u32*, u32) with 1024 threads (its shared arrays' size),
         // one block per row of `cols`.
-        unsafe { launch_rows(&mut b, rows, 256) }?;
+        unsafe { launch_rows(&mut b, rows, 1024) }?;
         let mut out = self.dev.stream.clone_dtoh(&ids).map_err(CudaError::from)?;
         self.step_done();
         out.truncate(rows);
@@ -231,6 +244,9 @@ impl Backend for CudaBackend {
                 b.arg(t).arg(&batch.token_ids).arg(&mut out).arg(&h);
                 // SAFETY: as above.
                 unsafe { launch_rows(&mut b, n, 256) }?;
+            }
+            Storage::Packed { .. } => {
+                self.embedding_packed(table, &batch.token_ids, n, &mut out)?
             }
         }
         Ok(CudaTensor {
@@ -263,9 +279,9 @@ impl Backend for CudaBackend {
             .arg(&mut out)
             .arg(&c)
             .arg(&eps);
-        // SAFETY: rms_norm(const float*, const float*, float*, u32, float), one block of 256
-        // (a multiple of 32, as block_sum needs) per row.
-        unsafe { launch_rows(&mut b, rows, 256) }?;
+        // SAFETY: rms_norm(const float*, const float*, float*, u32, float), one block per row
+        // of a multiple of 32 threads (as block_sum needs).
+        unsafe { launch_rows(&mut b, rows, threads_for(cols)) }?;
         Ok(CudaTensor {
             storage: Storage::F32(out),
             shape: x.shape.clone(),
@@ -314,6 +330,41 @@ impl Backend for CudaBackend {
         // SAFETY: add_assign(float*, const float*, u32) over n elements of both.
         unsafe { b.launch(elementwise(len)) }.map_err(CudaError::from)?;
         Ok(())
+    }
+
+    fn add_rms_norm(
+        &self,
+        x: &mut CudaTensor,
+        y: &CudaTensor,
+        weight: &CudaTensor,
+        eps: f32,
+    ) -> Result<CudaTensor> {
+        same_len("add_rms_norm", x, y)?;
+        let (rows, cols) = x.rows_cols();
+        if weight.len() != cols {
+            // Per-head norms: the two ops.
+            self.add_assign(x, y)?;
+            return self.rms_norm(x, weight, eps);
+        }
+        // Every element is written by the kernel below.
+        let mut out = self.output_f32(rows * cols)?;
+        let c = u32_arg("add_rms_norm", cols)?;
+        let f = self.dev.function("add_rms_norm")?;
+        let mut b = self.dev.stream.launch_builder(f);
+        b.arg(x.f32_mut("add_rms_norm")?)
+            .arg(y.f32("add_rms_norm")?)
+            .arg(weight.f32("add_rms_norm")?)
+            .arg(&mut out)
+            .arg(&c)
+            .arg(&eps);
+        // SAFETY: add_rms_norm(float*, const float*, const float*, float*, u32, float): x, y
+        // and out hold rows * cols, weight cols; one block per row of a multiple of 32
+        // threads (as block_sum needs).
+        unsafe { launch_rows(&mut b, rows, threads_for(cols)) }?;
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: x.shape.clone(),
+        })
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
@@ -399,9 +450,11 @@ impl Backend for CudaBackend {
             .arg(&batch.positions)
             .arg(cos_sin.f32("rope")?);
         b.arg(&heads).arg(&hd).arg(&rot).arg(&style);
+        let pairs = cols / head_dim * (rotary_dim / 2);
         // SAFETY: rope(float*, const u32*, const float*, u32, u32, u32, u32): one block per
-        // token, positions checked against the table's rows, rotary_dim ≤ head_dim.
-        unsafe { launch_rows(&mut b, rows, 128) }?;
+        // token (threads over its heads' rotated pairs), positions checked against the
+        // table's rows, rotary_dim ≤ head_dim.
+        unsafe { launch_rows(&mut b, rows, threads_for(pairs)) }?;
         Ok(())
     }
 

@@ -1,13 +1,21 @@
-//! Device tensors: f32 activations and weights, or f16 weight matrices (half the memory and
-//! bandwidth; cuBLAS multiplies them on tensor cores with f32 accumulation).
+//! Device tensors: f32 activations and weights, f16 weight matrices (half the memory and
+//! bandwidth; cuBLAS multiplies them on tensor cores with f32 accumulation), or weight
+//! matrices kept in their GGUF blocks (`quant.rs` computes on them directly).
 
 use cudarc::driver::CudaSlice;
 use infer_core::backend::DeviceTensor;
+use infer_core::gguf::GgmlType;
 
 pub enum Storage {
     F32(CudaSlice<f32>),
     /// IEEE half floats as raw bits.
     F16(CudaSlice<u16>),
+    /// Row-major blocks of a quantized type as the file stores them (`quant::kernel_suffix`
+    /// names the types taken).
+    Packed {
+        dtype: GgmlType,
+        data: CudaSlice<u8>,
+    },
 }
 
 pub struct CudaTensor {
@@ -23,9 +31,10 @@ impl DeviceTensor for CudaTensor {
 
 impl std::fmt::Debug for CudaTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.storage {
+        let kind = match &self.storage {
             Storage::F32(_) => "f32",
             Storage::F16(_) => "f16",
+            Storage::Packed { dtype, .. } => dtype.name(),
         };
         write!(f, "CudaTensor({kind} {:?})", self.shape)
     }
@@ -49,7 +58,7 @@ impl CudaTensor {
     pub(crate) fn f32(&self, op: &'static str) -> Result<&CudaSlice<f32>, crate::CudaError> {
         match &self.storage {
             Storage::F32(s) => Ok(s),
-            Storage::F16(_) => Err(crate::error::op_err(op, "expected an f32 tensor")),
+            _ => Err(crate::error::op_err(op, "expected an f32 tensor")),
         }
     }
 
@@ -59,7 +68,7 @@ impl CudaTensor {
     ) -> Result<&mut CudaSlice<f32>, crate::CudaError> {
         match &mut self.storage {
             Storage::F32(s) => Ok(s),
-            Storage::F16(_) => Err(crate::error::op_err(op, "expected an f32 tensor")),
+            _ => Err(crate::error::op_err(op, "expected an f32 tensor")),
         }
     }
 }

@@ -7,7 +7,8 @@ mod common;
 use common::gpu;
 use infer_cuda::CudaWeights;
 use infer_tests::conformance::{
-    check_attention, check_block_copies, check_dense_ops, check_matmul, check_rope,
+    check_attention, check_block_copies, check_dense_ops, check_matmul, check_packed_matmul,
+    check_rope,
 };
 
 #[test]
@@ -36,6 +37,32 @@ fn matmul_matches_the_cpu() {
         if let Some(g) = gpu(CudaWeights::F16) {
             check_matmul(&g, m, n, k, true, i as u64, 1e-3);
         }
+    }
+}
+
+/// Matrices kept in their GGUF blocks: the matvec (up to `MATVEC_MAX_ROWS` rows, exact f32
+/// arithmetic on the dequantized weights) and, above it, dequantization to f16 for cuBLAS
+/// (f16 rounding); 300 rows leave a partial block of warps.
+#[test]
+fn packed_matmul_matches_the_cpu() {
+    use infer_core::dummy::RANDOM_BLOCK_TYPES;
+    use infer_cuda::MATVEC_MAX_ROWS;
+    let Some(g) = gpu(CudaWeights::Packed) else {
+        return;
+    };
+    let tol = |m: usize| if m <= MATVEC_MAX_ROWS { 1e-5 } else { 3e-3 };
+    for (i, dtype) in RANDOM_BLOCK_TYPES.into_iter().enumerate() {
+        let seed = 40 + i as u64;
+        check_packed_matmul(
+            &g,
+            dtype,
+            &[1, 2, 5, MATVEC_MAX_ROWS, 9, 70],
+            300,
+            512,
+            seed,
+            tol,
+        );
+        check_packed_matmul(&g, dtype, &[1, 4], 64, 4096, seed, tol);
     }
 }
 

@@ -1,5 +1,6 @@
 //! SmolLM2 end to end on CUDA through the engine: greedy tokens equal the CPU backend's (f32
-//! weights: only the f16 KV cache differs), and with f16 weights the first tokens agree.
+//! weights: only the f16 KV cache differs), and with f16 or packed weights the first tokens
+//! agree.
 //! Skipped (and saying so) without a GPU.
 
 mod common;
@@ -28,11 +29,18 @@ fn smollm2_greedy_tokens_equal_the_cpu_backend() {
         argmax_steps > 0,
         "no step read back device argmaxes on {name}"
     );
-    let Some(g) = gpu(CudaWeights::F16) else {
-        return;
-    };
-    let (got, _) = smollm2_greedy(g, &PROMPTS, 24);
-    for (p, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(g[..8], w[..8], "f16 weights, prompt {p}: {g:?} vs {w:?}");
+    // f16 matrices, and the GGUF's Q4_1 / Q8_0 blocks computed on in-kernel.
+    for weights in [CudaWeights::F16, CudaWeights::Packed] {
+        let Some(g) = gpu(weights) else {
+            return;
+        };
+        let (got, _) = smollm2_greedy(g, &PROMPTS, 24);
+        for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g[..8],
+                w[..8],
+                "{weights:?} weights, prompt {p}: {g:?} vs {w:?}"
+            );
+        }
     }
 }

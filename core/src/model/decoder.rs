@@ -381,12 +381,12 @@ impl<B: Backend> Model<B> {
         if let Some(s) = c.features.embedding_scale {
             backend.scale(&mut x, s)?;
         }
+        // Each block's opening norm comes with the residual add before it (`add_rms_norm`).
+        let mut normed = match self.layers.first().and_then(|l| l.attn_norm.as_ref()) {
+            Some(n) => Some(backend.rms_norm(&x, n, eps)?),
+            None => None,
+        };
         for (i, l) in self.layers.iter().enumerate() {
-            let normed = l
-                .attn_norm
-                .as_ref()
-                .map(|n| backend.rms_norm(&x, n, eps))
-                .transpose()?;
             let h = normed.as_ref().unwrap_or(&x);
             let [mut q, mut k, mut v] =
                 outputs(backend, backend.matmul_many(h, &[&l.wq, &l.wk, &l.wv])?)?;
@@ -409,41 +409,49 @@ impl<B: Backend> Model<B> {
             if let Some(b) = l.o_bias.as_ref().filter(|_| self.tp.rank == 0) {
                 backend.add_bias(&mut o, b)?;
             }
-            self.residual(backend, &mut x, o, l.post_attn_norm.as_ref())?;
+            normed = self.residual(
+                backend,
+                &mut x,
+                o,
+                l.post_attn_norm.as_ref(),
+                l.ffn_norm.as_ref(),
+            )?;
 
-            let normed = l
-                .ffn_norm
-                .as_ref()
-                .map(|n| backend.rms_norm(&x, n, eps))
-                .transpose()?;
             let h = normed.as_ref().unwrap_or(&x);
             let out = l
                 .mlp
                 .forward(backend, h, c.features.activation, self.tp.rank == 0)?;
-            self.residual(backend, &mut x, out, l.post_ffn_norm.as_ref())?;
+            let next_norm = self.layers.get(i + 1).and_then(|n| n.attn_norm.as_ref());
+            normed = self.residual(backend, &mut x, out, l.post_ffn_norm.as_ref(), next_norm)?;
         }
         Ok(x)
     }
 
     /// `x += scale · norm(out)`: a branch's output summed over the ranks (row-parallel
     /// o_proj and down_proj), normed where the family norms after, scaled where it scales.
+    /// With `next_norm`, also returns `rms_norm(x)` for the block that follows.
     fn residual(
         &self,
         backend: &B,
         x: &mut B::Tensor,
         mut out: B::Tensor,
         post_norm: Option<&B::Tensor>,
-    ) -> Result<()> {
+        next_norm: Option<&B::Tensor>,
+    ) -> Result<Option<B::Tensor>> {
+        let eps = self.config.rms_norm_eps;
         if self.tp.is_parallel() {
             backend.all_reduce_sum(&mut out)?;
         }
         if let Some(n) = post_norm {
-            out = backend.rms_norm(&out, n, self.config.rms_norm_eps)?;
+            out = backend.rms_norm(&out, n, eps)?;
         }
         if let Some(s) = self.config.features.residual_scale {
             backend.scale(&mut out, s)?;
         }
-        backend.add_assign(x, &out)
+        match next_norm {
+            Some(n) => backend.add_rms_norm(x, &out, n, eps).map(Some),
+            None => backend.add_assign(x, &out).map(|()| None),
+        }
     }
 }
 

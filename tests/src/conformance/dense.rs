@@ -46,7 +46,7 @@ pub fn check_matmul<B: Backend>(
     );
 }
 
-/// rms_norm (whole rows and per head), silu_mul, gelu_tanh_mul, swiglu_clamped, scale, softcap, add_assign,
+/// rms_norm (whole rows and per head), add_rms_norm, silu_mul, gelu_tanh_mul, swiglu_clamped, scale, softcap, add_assign,
 /// add_bias, embedding (f32 and `upload_matrix` tables),
 /// gather_logit_rows and argmax_to_host (when the backend has it) on `rows x cols`.
 pub fn check_dense_ops<B: Backend>(g: &B, rows: usize, cols: usize, seed: u64, tol: f32) {
@@ -73,6 +73,16 @@ pub fn check_dense_ops<B: Backend>(g: &B, rows: usize, cols: usize, seed: u64, t
         .rms_norm(&up(&c, &shape, &x), &up(&c, &[cols], &wv), 1e-5)
         .unwrap();
     cmp("rms_norm", &got, &want);
+    // The residual add fused with the norm: both the normed rows and the updated residual.
+    let (mut gx, mut cx) = (up(g, &shape, &x), up(&c, &shape, &x));
+    let got = g
+        .add_rms_norm(&mut gx, &up(g, &shape, &y), &up(g, &[cols], &wv), 1e-5)
+        .unwrap();
+    let want = c
+        .add_rms_norm(&mut cx, &up(&c, &shape, &y), &up(&c, &[cols], &wv), 1e-5)
+        .unwrap();
+    cmp("add_rms_norm", &got, &want);
+    cmp("add_rms_norm residual", &gx, &cx);
     let got = g.silu_mul(&up(g, &shape, &x), &up(g, &shape, &y)).unwrap();
     let want = c
         .silu_mul(&up(&c, &shape, &x), &up(&c, &shape, &y))
