@@ -11,6 +11,7 @@ mod error;
 pub mod kernels;
 mod moe;
 mod nccl;
+mod norm;
 mod ops;
 mod quant;
 mod tensor;

@@ -256,36 +256,7 @@ impl Backend for CudaBackend {
     }
 
     fn rms_norm(&self, x: &CudaTensor, weight: &CudaTensor, eps: f32) -> Result<CudaTensor> {
-        let (rows, cols) = x.rows_cols();
-        let n = weight.len();
-        if n == 0 || !cols.is_multiple_of(n) {
-            return Err(op_err(
-                "rms_norm",
-                format!("x {:?}, weight {:?}", x.shape, weight.shape),
-            )
-            .into());
-        }
-        // Every element is written by the kernel below. Each run of the weight's length is a
-        // row of the kernel (a head, for q/k norms).
-        let mut out = self.output_f32(rows * cols)?;
-        let (rows, cols) = (rows * cols / n, n);
-        let c = u32_arg("rms_norm", cols)?;
-        let mut b = self
-            .dev
-            .stream
-            .launch_builder(self.dev.function("rms_norm")?);
-        b.arg(x.f32("rms_norm")?)
-            .arg(weight.f32("rms_norm")?)
-            .arg(&mut out)
-            .arg(&c)
-            .arg(&eps);
-        // SAFETY: rms_norm(const float*, const float*, float*, u32, float), one block per row
-        // of a multiple of 32 threads (as block_sum needs).
-        unsafe { launch_rows(&mut b, rows, threads_for(cols)) }?;
-        Ok(CudaTensor {
-            storage: Storage::F32(out),
-            shape: x.shape.clone(),
-        })
+        Ok(self.norm_rows(x, weight, eps)?)
     }
 
     fn matmul(&self, x: &CudaTensor, w: &CudaTensor) -> Result<CudaTensor> {
@@ -339,32 +310,12 @@ impl Backend for CudaBackend {
         weight: &CudaTensor,
         eps: f32,
     ) -> Result<CudaTensor> {
-        same_len("add_rms_norm", x, y)?;
-        let (rows, cols) = x.rows_cols();
-        if weight.len() != cols {
+        if weight.len() != x.rows_cols().1 {
             // Per-head norms: the two ops.
             self.add_assign(x, y)?;
             return self.rms_norm(x, weight, eps);
         }
-        // Every element is written by the kernel below.
-        let mut out = self.output_f32(rows * cols)?;
-        let c = u32_arg("add_rms_norm", cols)?;
-        let f = self.dev.function("add_rms_norm")?;
-        let mut b = self.dev.stream.launch_builder(f);
-        b.arg(x.f32_mut("add_rms_norm")?)
-            .arg(y.f32("add_rms_norm")?)
-            .arg(weight.f32("add_rms_norm")?)
-            .arg(&mut out)
-            .arg(&c)
-            .arg(&eps);
-        // SAFETY: add_rms_norm(float*, const float*, const float*, float*, u32, float): x, y
-        // and out hold rows * cols, weight cols; one block per row of a multiple of 32
-        // threads (as block_sum needs).
-        unsafe { launch_rows(&mut b, rows, threads_for(cols)) }?;
-        Ok(CudaTensor {
-            storage: Storage::F32(out),
-            shape: x.shape.clone(),
-        })
+        Ok(self.add_norm_rows(x, y, weight, eps)?)
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor) -> Result<CudaTensor> {
