@@ -99,6 +99,15 @@ __device__ __forceinline__ void scale_min_k4(u32 j, const u8* q, float* sc, floa
     *mn = (float)(j < 4 ? lo_mn : hi_mn);
 }
 
+// Sub-block u's multiplier d · scale and offset dmin · min in a Q4_K / Q5_K block (d, dmin,
+// then the scales at byte 4).
+__device__ __forceinline__ void k4_scale_min(const u8* b, u32 u, float* d, float* m) {
+    float sc, mn;
+    scale_min_k4(u, b + 4, &sc, &mn);
+    *d = ld_f16(b) * sc;
+    *m = ld_f16(b + 2) * mn;
+}
+
 // Eight 4-bit codes from the 8-aligned q (K-quant blocks are 16-aligned): one 8-byte load.
 __device__ __forceinline__ void nibbles8(const u8* q, u32 shift, u32* codes) {
     uint2 v = *(const uint2*)q;
@@ -112,9 +121,8 @@ __device__ __forceinline__ void nibbles8(const u8* q, u32 shift, u32* codes) {
 struct TQ4_K {
     static constexpr u32 PER_BLOCK = 256, BYTES = 144, UNITS = 8;
     __device__ static void piece(const u8* b, u32 u, u32 p, float* w) {
-        float sc, mn;
-        scale_min_k4(u, b + 4, &sc, &mn);
-        float d = ld_f16(b) * sc, m = ld_f16(b + 2) * mn;
+        float d, m;
+        k4_scale_min(b, u, &d, &m);
         u32 c[8];
         nibbles8(b + 16 + 32 * (u >> 1) + 8 * p, 4 * (u & 1), c);
 #pragma unroll
@@ -126,9 +134,8 @@ struct TQ4_K {
 struct TQ5_K {
     static constexpr u32 PER_BLOCK = 256, BYTES = 176, UNITS = 8;
     __device__ static void piece(const u8* b, u32 u, u32 p, float* w) {
-        float sc, mn;
-        scale_min_k4(u, b + 4, &sc, &mn);
-        float d = ld_f16(b) * sc, m = ld_f16(b + 2) * mn;
+        float d, m;
+        k4_scale_min(b, u, &d, &m);
         u32 c[8];
         nibbles8(b + 48 + 32 * (u >> 1) + 8 * p, 4 * (u & 1), c);
         uint2 hv = *(const uint2*)(b + 16 + 8 * p);
