@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// No periodic engine line (vLLM's).
     #[arg(long)]
     pub disable_log_stats: bool,
+    /// Do not serve the OpenAPI document at /openapi.json (vLLM's: FastAPI's docs off).
+    #[arg(long)]
+    pub disable_fastapi_docs: bool,
     /// Seconds between engine lines (throughput, queues, KV cache usage, prefix-cache hits).
     #[arg(long, default_value_t = 10.0)]
     pub log_stats_interval: f64,
@@ -397,7 +400,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_limits(limits, budget)
         .with_defaults(defaults)
         .with_reasoning_parser(reasoning)
-        .with_model_aliases(aliases),
+        .with_model_aliases(aliases)
+        .with_openapi(!args.disable_fastapi_docs),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

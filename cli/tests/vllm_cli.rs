@@ -47,6 +47,7 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
             "--served-model-name",
             "smol",
             "smol-alias",
+            "--disable-fastapi-docs",
         ],
     );
     let prompt = "A secret prompt about the capital of France";
@@ -83,6 +84,9 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
         .into_json()
         .unwrap();
     assert_eq!(v["model"], "smol", "{v}");
+    // --disable-fastapi-docs: no OpenAPI document.
+    let r = ureq::get(&format!("{url}/openapi.json")).call();
+    assert!(matches!(r, Err(ureq::Error::Status(404, _))), "{r:?}");
     ureq::get(&format!("{url}/health")).call().unwrap();
     // The engine line comes within its interval of the work.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -98,10 +102,11 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
         .lines()
         .filter(|l| l.contains("infer::access"))
         .collect();
-    assert_eq!(access.len(), 4, "{log}");
+    assert_eq!(access.len(), 5, "{log}");
     assert!(access[0].contains("POST /v1/completions 200"), "{log}");
     assert!(access[0].contains(r#"request_id="req-42""#), "{log}");
     assert!(access[2].contains("GET /v1/models 200"), "{log}");
+    assert!(access[4].contains("GET /openapi.json 404"), "{log}");
     assert!(log.contains("nothing remote ever runs"), "{log}");
     assert!(log.contains("default sampling parameters"), "{log}");
     for secret in ["token-abc123", prompt, "\u{1b}["] {

@@ -114,29 +114,33 @@ fn tokenizer_route<R: serde::de::DeserializeOwned + Send + 'static>(
         .boxed()
 }
 
+/// The API's fixed paths (the OpenAPI document lists them all).
+const KNOWN_API_PATHS: &[&str] = &[
+    "/health",
+    "/version",
+    "/metrics",
+    "/tokenize",
+    "/detokenize",
+    "/tokenizer_info",
+    "/v1/models",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/server_info",
+    "/get_server_info",
+    "/model_info",
+    "/get_model_info",
+    "/get_load",
+];
+
 /// Whether a path is one the server answers (OPTIONS on any other is a 404, as GET is).
 fn known_path(path: &str) -> bool {
-    const EXACT: &[&str] = &[
-        "/",
-        "/health",
-        "/version",
-        "/metrics",
-        "/tokenize",
-        "/detokenize",
-        "/tokenizer_info",
-        "/v1/models",
-        "/v1/completions",
-        "/v1/chat/completions",
-        "/v1/responses",
-        "/server_info",
-        "/get_server_info",
-        "/model_info",
-        "/get_model_info",
-        "/get_load",
-        "/browser",
-    ];
+    // The chat page, the browser demo and this document.
+    const PAGES: &[&str] = &["/", "/browser", "/openapi.json"];
     const UNDER: &[&str] = &["/v1/models/", "/static/", "/browser/"];
-    EXACT.contains(&path) || UNDER.iter().any(|p| path.starts_with(p))
+    KNOWN_API_PATHS.contains(&path)
+        || PAGES.contains(&path)
+        || UNDER.iter().any(|p| path.starts_with(p))
 }
 
 pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(Response,)> {
@@ -215,6 +219,23 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
     let detokenize = tokenizer_route("detokenize", &state, &auth, |s, r: &DetokenizeRequest| {
         s.detokenize(r)
     });
+    // Not behind the API key, as in vLLM (FastAPI serves it to anyone); off with
+    // --disable-fastapi-docs, then a 404 like any unknown path.
+    let openapi_on = state.openapi;
+    let openapi = warp::path!("openapi.json")
+        .and(get())
+        .and_then(move || async move {
+            if openapi_on {
+                Ok(())
+            } else {
+                Err(warp::reject::not_found())
+            }
+        })
+        .untuple_one()
+        .map(|| {
+            warp::reply::json(&infer_api::openapi::document(env!("CARGO_PKG_VERSION")))
+                .into_response()
+        });
     // Not behind the API key, as in vLLM: scrapers rarely carry one.
     let metrics = warp::path!("metrics")
         .and(get())
@@ -285,6 +306,8 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .unify()
         .or(metrics)
         .unify()
+        .or(openapi)
+        .unify()
         .or(index)
         .unify()
         .or(script)
@@ -314,5 +337,28 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
             .recover(recover)
             .unify()
             .boxed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{known_path, KNOWN_API_PATHS};
+
+    /// The OpenAPI document lists every API path the server answers (the chat page, its
+    /// files and the document itself aside), and only those.
+    #[test]
+    fn the_openapi_document_covers_the_known_paths() {
+        let doc = infer_api::openapi::document("test");
+        let documented: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+        for path in &documented {
+            let concrete = path.replace("{model}", "some/model");
+            assert!(known_path(&concrete), "{path} is documented but not served");
+        }
+        for path in KNOWN_API_PATHS {
+            assert!(
+                documented.iter().any(|d| d == path),
+                "{path} is served but not documented"
+            );
+        }
     }
 }

@@ -40,6 +40,8 @@ pub struct ServerState {
     pub reasoning_parser: Option<infer_api::reasoning::ReasoningParser>,
     /// Bodies held and requests prepared at once.
     pub budget: Arc<Budget>,
+    /// `GET /openapi.json` is served (`--disable-fastapi-docs` turns it off).
+    pub openapi: bool,
 }
 
 pub fn unix_now() -> u64 {
@@ -73,6 +75,7 @@ impl ServerState {
             defaults: Default::default(),
             reasoning_parser: None,
             model_aliases: Vec::new(),
+            openapi: true,
             budget: Budget::new(
                 crate::budget::DEFAULT_BODY_MIB,
                 crate::budget::default_preparing(),
@@ -93,6 +96,12 @@ impl ServerState {
         parser: Option<infer_api::reasoning::ReasoningParser>,
     ) -> Self {
         self.reasoning_parser = parser;
+        self
+    }
+
+    /// Whether `GET /openapi.json` is served.
+    pub fn with_openapi(mut self, on: bool) -> Self {
+        self.openapi = on;
         self
     }
 

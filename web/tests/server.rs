@@ -98,6 +98,70 @@ fn models_tokenize_detokenize_health() {
     assert_eq!(status, 400, "{e}");
 }
 
+/// `/openapi.json` (as vLLM's FastAPI serves it, without the key): every API route, the
+/// request bodies' schemas from the types the server parses, every `$ref` resolving.
+#[test]
+fn the_openapi_document_describes_the_routes_and_bodies() {
+    let doc: Value = ureq::get(&url("/openapi.json"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(doc["openapi"], "3.0.3");
+    let schemas = &doc["components"]["schemas"];
+    let body = |path: &str| {
+        let r = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            ["$ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{path}: no body schema in {doc}"))
+            .to_string();
+        let name = r.trim_start_matches("#/components/schemas/").to_string();
+        schemas[&name].clone()
+    };
+    let chat = body("/v1/chat/completions");
+    for field in [
+        "messages",
+        "tools",
+        "chat_template_kwargs",
+        "guided_json",
+        "priority",
+    ] {
+        // (Free-form fields, such as a JSON schema, are the `true` schema.)
+        assert!(
+            !chat["properties"][field].is_null(),
+            "chat: no {field}: {chat}"
+        );
+    }
+    assert_eq!(chat["required"], json!(["messages"]), "{chat}");
+    assert!(body("/v1/completions")["properties"]["prompt"].is_object());
+    assert!(body("/v1/responses")["properties"]["input"].is_object());
+    assert!(body("/tokenize")["properties"]["messages"].is_object());
+    assert!(body("/detokenize")["properties"]["tokens"].is_object());
+    for path in ["/v1/models", "/health", "/metrics", "/tokenizer_info"] {
+        assert!(doc["paths"][path]["get"].is_object(), "{path}");
+    }
+    // Every reference points at a schema the document holds.
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    refs(&doc, &mut all);
+    assert!(all.len() > 10, "{all:?}");
+    for r in all {
+        let name = r.trim_start_matches("#/components/schemas/");
+        assert!(schemas[name].is_object(), "{r} does not resolve");
+    }
+}
+
 #[test]
 fn chat_page_and_metrics_are_served() {
     let get = |path: &str| {

@@ -286,7 +286,7 @@ pub const FLAGS: &[VllmFlag] = &[
     f("--root-path", Value, Own),
     f("--middleware", Value, Refused("ASGI middleware cannot be loaded")),
     f("--enable-request-id-headers", Switch, Own),
-    f("--disable-fastapi-docs", Switch, Inherent("there is no docs UI; /openapi.json is not served yet")),
+    f("--disable-fastapi-docs", Switch, Own),
     f("--h11-max-incomplete-event-size", Value, Inherent("request heads are bounded by the server's own limits (--header-read-timeout, hyper's head size)")),
     f("--h11-max-header-count", Value, Inherent("request heads are bounded by the server's own limits (--header-read-timeout, hyper's head size)")),
     f("--enable-offline-docs", Switch, Inherent("there is no docs UI")),

@@ -6,6 +6,7 @@
 pub mod defaults;
 pub mod fields;
 pub mod format;
+pub mod openapi;
 pub mod prepare;
 pub mod reasoning;
 pub mod responses;

@@ -4,13 +4,14 @@
 //! and the chat reply becomes output items (`reasoning`, `message`, `function_call`), whole
 //! or as the API's stream events.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::prepare::RequestError;
 use crate::types::{ChatRequest, Usage};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct ResponsesRequest {
     pub model: Option<String>,
     /// A string (one user message) or a list of input items.

@@ -4,13 +4,14 @@
 //! may constrain a request; each becomes the engine's `StructuredOutput`.
 
 use infer_core::sampling::StructuredOutput;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::prepare::RequestError;
 
 /// OpenAI's `response_format`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ResponseFormat {
     Text,
@@ -18,7 +19,7 @@ pub enum ResponseFormat {
     JsonSchema { json_schema: JsonSchemaFormat },
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JsonSchemaFormat {
     pub name: Option<String>,
@@ -31,7 +32,7 @@ pub struct JsonSchemaFormat {
 
 /// vLLM's `structured_outputs` (one of its constraint fields set). Its options we do not
 /// implement (`whitespace_pattern`, `structural_tag`, ...) are refused by name.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StructuredOutputsField {
     pub json: Option<Value>,
@@ -42,7 +43,7 @@ pub struct StructuredOutputsField {
 }
 
 /// The structured-output fields of a completion or chat request.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct StructuredFields {
     pub response_format: Option<ResponseFormat>,
     pub structured_outputs: Option<StructuredOutputsField>,

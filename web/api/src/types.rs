@@ -5,13 +5,14 @@
 use std::collections::HashMap;
 
 use infer_core::{InferError, SamplingParams};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::structured::StructuredFields;
 pub use crate::tools::{Tool, ToolCallIn, ToolChoice};
 
 /// `prompt` of `/v1/completions`: a string, strings, token ids or lists of token ids.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum PromptInput {
     Text(String),
@@ -20,7 +21,7 @@ pub enum PromptInput {
     TokenLists(Vec<Vec<u32>>),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum StopInput {
     One(String),
@@ -36,7 +37,7 @@ impl StopInput {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     #[serde(default)]
@@ -63,7 +64,7 @@ pub const IGNORED_FIELDS: &[&str] = &[
 ];
 
 /// The sampling fields shared by completions and chat completions.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct SamplingFields {
     pub n: Option<usize>,
     pub best_of: Option<usize>,
@@ -206,7 +207,7 @@ impl SamplingFields {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct CompletionRequest {
     pub model: Option<String>,
     pub prompt: PromptInput,
@@ -230,7 +231,7 @@ pub struct CompletionRequest {
 }
 
 /// A message's `content`: a string, or OpenAI's list of parts.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
@@ -238,7 +239,7 @@ pub enum MessageContent {
 }
 
 /// One part of a message's content (`{"type": "text", "text": ...}`; other types are refused).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -246,7 +247,7 @@ pub struct ContentPart {
     pub text: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessageIn {
     pub role: String,
@@ -263,7 +264,7 @@ pub struct ChatMessageIn {
     pub tool_call_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct ChatRequest {
     pub model: Option<String>,
     pub messages: Vec<ChatMessageIn>,
@@ -338,7 +339,7 @@ impl Usage {
 
 /// vLLM's `POST /tokenize` body (also `engine.tokenize` in the browser): a `prompt`, or chat
 /// `messages` rendered with the model's template. Other fields are refused by name.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenizeRequest {
     /// Checked against the served model when given.
@@ -368,7 +369,7 @@ pub struct TokenizeRequest {
 }
 
 /// vLLM's `POST /detokenize` body.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DetokenizeRequest {
     #[serde(default)]

@@ -9,6 +9,7 @@ pub mod replies;
 pub mod stream;
 
 use infer_core::sampling::StructuredOutput;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -19,7 +20,7 @@ pub use stream::{StreamDelta, ToolCall, ToolStream};
 use crate::prepare::RequestError;
 
 /// One entry of `tools`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Tool {
     #[serde(rename = "type")]
@@ -27,7 +28,7 @@ pub struct Tool {
     pub function: FunctionDef,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionDef {
     pub name: String,
@@ -43,14 +44,14 @@ pub struct FunctionDef {
 
 /// `tool_choice`: `"none"`, `"auto"`, `"required"`, or `{"type": "function", "function":
 /// {"name": ...}}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ToolChoice {
     Mode(String),
     Named(NamedToolChoice),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NamedToolChoice {
     #[serde(rename = "type")]
@@ -58,14 +59,14 @@ pub struct NamedToolChoice {
     pub function: NamedFunction,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NamedFunction {
     pub name: String,
 }
 
 /// A past call in an assistant message's `tool_calls`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallIn {
     #[serde(default)]
@@ -75,7 +76,7 @@ pub struct ToolCallIn {
     pub function: FunctionCallIn,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionCallIn {
     pub name: String,
