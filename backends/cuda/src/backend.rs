@@ -142,7 +142,7 @@ impl CudaBackend {
         }
         // Few rows (decode): one launch reading each weight once, packed blocks as they are.
         if let Some(kernel) = self.matvec_kernel(w, m) {
-            return self.matvec(&kernel, x, w, shape);
+            return self.matvec(kernel, x, w, shape);
         }
         // Larger batches: packed matrices as f16 scratch for the tensor cores.
         let dequantized;

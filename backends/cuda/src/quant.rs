@@ -21,16 +21,32 @@ pub const MATVEC_MAX_ROWS: usize = 8;
 const MATVEC_WARPS: u32 = 4;
 const MATVEC_ROWS_PER_WARP: u32 = 2;
 
-/// The kernels' name for a quant type the device computes on, or `None` (the loader then
-/// dequantizes that matrix to f16).
-pub fn kernel_suffix(dtype: GgmlType) -> Option<&'static str> {
+/// The kernels of a quant type the device computes on.
+pub struct QuantKernels {
+    pub matvec: &'static str,
+    pub dequant: &'static str,
+    pub embedding: &'static str,
+}
+
+/// `dtype`'s kernels (static names: no formatting on the per-step path), or `None` (the
+/// loader then dequantizes that matrix to f16).
+pub fn kernels_for(dtype: GgmlType) -> Option<QuantKernels> {
+    macro_rules! names {
+        ($s:literal) => {
+            QuantKernels {
+                matvec: concat!("matvec_", $s),
+                dequant: concat!("dequant_", $s),
+                embedding: concat!("embedding_", $s),
+            }
+        };
+    }
     Some(match dtype {
-        GgmlType::Q8_0 => "q8_0",
-        GgmlType::Q4_0 => "q4_0",
-        GgmlType::Q4_1 => "q4_1",
-        GgmlType::Q4K => "q4_k",
-        GgmlType::Q5K => "q5_k",
-        GgmlType::Q6K => "q6_k",
+        GgmlType::Q8_0 => names!("q8_0"),
+        GgmlType::Q4_0 => names!("q4_0"),
+        GgmlType::Q4_1 => names!("q4_1"),
+        GgmlType::Q4K => names!("q4_k"),
+        GgmlType::Q5K => names!("q5_k"),
+        GgmlType::Q6K => names!("q6_k"),
         _ => return None,
     })
 }
@@ -42,7 +58,7 @@ impl CudaBackend {
         &self,
         t: &PackedTensor,
     ) -> Result<Option<CudaTensor>, CudaError> {
-        if self.weights != CudaWeights::Packed || kernel_suffix(t.dtype).is_none() {
+        if self.weights != CudaWeights::Packed || kernels_for(t.dtype).is_none() {
             return Ok(None);
         }
         let [rows, cols] = t.shape[..] else {
@@ -64,14 +80,14 @@ impl CudaBackend {
 
     /// The matvec kernel for `w` when `x` has few enough rows and `w`'s rows are whole
     /// 32-weight units: packed types, and f16 (one launch instead of a cast and a GEMM).
-    pub(crate) fn matvec_kernel(&self, w: &CudaTensor, m: usize) -> Option<String> {
+    pub(crate) fn matvec_kernel(&self, w: &CudaTensor, m: usize) -> Option<&'static str> {
         let (_, k) = w.rows_cols();
         if m > MATVEC_MAX_ROWS || !k.is_multiple_of(32) {
             return None;
         }
         match &w.storage {
-            Storage::F16(_) => Some("matvec_f16".into()),
-            Storage::Packed { dtype, .. } => kernel_suffix(*dtype).map(|s| format!("matvec_{s}")),
+            Storage::F16(_) => Some("matvec_f16"),
+            Storage::Packed { dtype, .. } => kernels_for(*dtype).map(|k| k.matvec),
             Storage::F32(_) => None,
         }
     }
@@ -125,14 +141,14 @@ impl CudaBackend {
         let Storage::Packed { dtype, data } = &w.storage else {
             return Err(op_err("matmul", "dequantizing a tensor that is not packed"));
         };
-        let suffix = kernel_suffix(*dtype)
+        let kernels = kernels_for(*dtype)
             .ok_or_else(|| op_err("matmul", format!("no kernels for {}", dtype.name())))?;
         let (n, k) = w.rows_cols();
         self.count(n * k * 2);
         // SAFETY: the kernel below writes all n*k halves before the GEMM reads them.
         let mut out = unsafe { self.dev.stream.alloc::<u16>(n * k) }?;
         let (n32, k32) = (u32_arg("matmul", n)?, u32_arg("matmul", k)?);
-        let f = self.dev.function(&format!("dequant_{suffix}"))?;
+        let f = self.dev.function(kernels.dequant)?;
         let mut b = self.dev.stream.launch_builder(f);
         b.arg(data).arg(&mut out).arg(&n32).arg(&k32);
         // SAFETY: dequant_*(const u8* w, f16* out, u32 rows, u32 cols), grid-stride over the
@@ -152,11 +168,11 @@ impl CudaBackend {
         let Storage::Packed { dtype, data } = &table.storage else {
             return Err(op_err("embedding", "table is not packed"));
         };
-        let suffix = kernel_suffix(*dtype)
+        let kernels = kernels_for(*dtype)
             .ok_or_else(|| op_err("embedding", format!("no kernels for {}", dtype.name())))?;
         let (_, hidden) = table.rows_cols();
         let h = u32_arg("embedding", hidden)?;
-        let f = self.dev.function(&format!("embedding_{suffix}"))?;
+        let f = self.dev.function(kernels.embedding)?;
         let mut b = self.dev.stream.launch_builder(f);
         b.arg(data).arg(ids).arg(out).arg(&h);
         // SAFETY: embedding_*(const u8* w, const u32* ids, float* out, u32 cols): the caller

@@ -10,7 +10,7 @@ pub enum Storage {
     F32(CudaSlice<f32>),
     /// IEEE half floats as raw bits.
     F16(CudaSlice<u16>),
-    /// Row-major blocks of a quantized type as the file stores them (`quant::kernel_suffix`
+    /// Row-major blocks of a quantized type as the file stores them (`quant::kernels_for`
     /// names the types taken).
     Packed {
         dtype: GgmlType,
