@@ -4,15 +4,16 @@
 # Needs target/gpu-bundle from scripts/gpu-bundle.sh (carried over). The SmolLM2 GGUF is over
 # what one call carries, so its parts may arrive over several calls (each stashes what it got
 # in ~/.infer-model-parts) while the sections that need no model run:
-#   scripts/gpu-check.sh [all|nomodel|quick|model|--parts-only]
+#   scripts/gpu-check.sh [all|nomodel|quick|graphs|model|--parts-only]
 # `nomodel`: kernel tests and benchmarks on random weights; `quick`: the kernel tests and the
-# batch-1 decode rows of `nomodel`; `model`: the rows that need the real SmolLM2; `all`
+# batch-1 decode rows of `nomodel`; `graphs`: kernel and family tests, then decode with CUDA
+# graphs beside --enforce-eager (and GPU_CHECK_BASELINE's build, where given); `model`: the rows that need the real SmolLM2; `all`
 # (default): both. GPU_CHECK_BACKEND=cpu dry-runs the script here (no 8B
 # rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
-case "$MODE" in all|nomodel|quick|model|--parts-only) ;; *) echo "usage: $0 [all|nomodel|quick|model|--parts-only]"; exit 2 ;; esac
+case "$MODE" in all|nomodel|quick|graphs|model|--parts-only) ;; *) echo "usage: $0 [all|nomodel|quick|graphs|model|--parts-only]"; exit 2 ;; esac
 B=target/gpu-bundle
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
@@ -26,7 +27,7 @@ if [ ! -f "$MODEL" ]; then
   else
     rm -f "$MODEL.tmp"
     echo "model parts so far: $(ls "$STASH" | tr '\n' ' ') (not complete yet)"
-    case "$MODE" in --parts-only|nomodel|quick) ;; *) exit 2 ;; esac
+    case "$MODE" in --parts-only|nomodel|quick|graphs) ;; *) exit 2 ;; esac
   fi
 fi
 [ "$MODE" = --parts-only ] && exit 0
@@ -60,6 +61,7 @@ status=0
 TESTS=()
 case "$MODE" in
   quick) TESTS=(kernels) ;;
+  graphs) TESTS=(kernels families) ;;
   nomodel) TESTS=(nvrtc no_gpu kernels families nccl) ;;
   model) TESTS=(smollm2) ;;
   all) TESTS=(nvrtc no_gpu kernels families nccl smollm2) ;;
@@ -69,6 +71,7 @@ for t in "${TESTS[@]}"; do
   [ -x "$exe" ] || { ROWS+=("test $t|0|missing"); status=1; continue; }
   echo "== test $t" >&2
   if out=$("$exe" --test-threads 1 --nocapture 2>&1); then
+    echo "$out" | grep -E "recorded|max \|logprob" >&2
     res=$(echo "$out" | grep -E "^test result" | tail -1)
     echo "$out" | grep -q SKIPPED && res="$res (SKIPPED inside)"
   else
@@ -86,6 +89,9 @@ bench() {
   local json
   echo "== $name" >&2
   if json=$("$I" "$@" --json 2>/tmp/bench-err | tail -1) && [ -n "$json" ]; then
+    # A CUDA graph that could not be recorded or replayed says so (the step ran eagerly).
+    grep -m2 "CUDA graph" /tmp/bench-err >&2
+    echo "$name: $json" >&2
     ROWS+=("$name|$bytes|$json")
   else
     ROWS+=("$name|0|FAILED: $(tail -3 /tmp/bench-err | tr '\n' ' ')"); status=1
@@ -116,8 +122,8 @@ same_as_plain() { # what the greedy tokens with these arguments must equal the p
   if [ -n "$PLAIN" ] && [ "$PLAIN" = "$got" ]; then echo ok; else echo "FAILED: $got vs $PLAIN $(tail -2 /tmp/greedy-err | tr '\n' ' ')"; fi
 }
 structured() { # a JSON-schema-constrained sample must parse with exactly the schema's key
-  "$I" generate "${SMOL[@]}" --chat --prompt "Name a city in France as JSON." --temperature 0.8 --seed 1 \
-    --max-tokens 48 --json --structured-outputs \
+  "$I" generate "${SMOL[@]}" --chat --prompt "Name a city in France as JSON." --temperature 0 \
+    --max-tokens 128 --json --structured-outputs \
     '{"json": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}' \
     2>/tmp/structured-err | head -1 | python3 -c '
 import json, sys
@@ -138,6 +144,27 @@ if [ "$MODE" = quick ]; then
     bench "llama-3-8b $q batch-1 decode" "$(bytes "$b")" bench latency "${DUMMY[@]}" --dummy-dtype $q --batch-size 1 --input-len 32 --output-len 128 --num-iters 3
   done
   bench "llama-3-8b f16 batch-1 decode" "$(bytes 2)" bench latency "${DUMMY[@]}" --batch-size 1 --input-len 32 --output-len 128 --num-iters 3
+fi
+if [ "$MODE" = graphs ]; then
+  # Decode with CUDA graphs, beside --enforce-eager and, with GPU_CHECK_BASELINE=path/to/infer
+  # (another build, e.g. the last bundle's), beside that build on the same machine.
+  BASE=${GPU_CHECK_BASELINE:-}
+  both() { # name, bytes, then the bench arguments
+    local name=$1 bytes=$2; shift 2
+    bench "$name" "$bytes" "$@"
+    if [ -n "$BASE" ]; then I=$BASE bench "$name (baseline build)" "$bytes" "$@"; fi
+  }
+  both "smollm2(dummy q4_1) batch-1 decode" $SMOL_Q41 bench latency "${SMOL_DUMMY[@]}" --dummy-dtype q4_1 --batch-size 1 --input-len 32 --output-len 256 --num-iters 3
+  bench "smollm2(dummy q4_1) batch-1 decode (--enforce-eager)" $SMOL_Q41 bench latency "${SMOL_DUMMY[@]}" --dummy-dtype q4_1 --batch-size 1 --input-len 32 --output-len 256 --num-iters 3 --enforce-eager
+  both "smollm2(dummy q4_1) batch-8 decode" 0 bench latency "${SMOL_DUMMY[@]}" --dummy-dtype q4_1 --batch-size 8 --input-len 32 --output-len 128 --num-iters 3
+  if [ "$BACKEND" != cpu ]; then
+    for q in q4_k q6_k q8_0; do
+      b=$(case $q in q4_k) echo 144/256 ;; q6_k) echo 210/256 ;; q8_0) echo 34/32 ;; esac)
+      both "llama-3-8b $q batch-1 decode" "$(bytes "$b")" bench latency "${DUMMY[@]}" --dummy-dtype $q --batch-size 1 --input-len 32 --output-len 128 --num-iters 3
+    done
+    both "llama-3-8b q4_k batch-8 decode" 0 bench latency "${DUMMY[@]}" --dummy-dtype q4_k --batch-size 8 --input-len 32 --output-len 64 --num-iters 3
+    bench "smollm2(dummy q4_1) throughput 256x(128+128)" 0 bench throughput "${SMOL_DUMMY[@]}" --dummy-dtype q4_1 --num-prompts 256 --input-len 128 --output-len 128 --ignore-eos
+  fi
 fi
 if [ "$MODE" = nomodel ] || [ "$MODE" = all ]; then
   bench "smollm2(dummy q4_1) batch-1 decode (packed)" $SMOL_Q41 bench latency "${SMOL_DUMMY[@]}" --dummy-dtype q4_1 --batch-size 1 --input-len 32 --output-len 256 --num-iters 3

@@ -210,6 +210,13 @@ pub struct ModelArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub cuda_device: usize,
+    /// CUDA: run every step op by op instead of replaying decode steps recorded as CUDA
+    /// graphs (as vLLM's flag).
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// CUDA: the largest decode batch recorded as a CUDA graph; larger ones run eagerly.
+    #[arg(long, default_value_t = infer_cuda::DEFAULT_MAX_CAPTURE)]
+    pub max_cudagraph_capture_size: usize,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -374,7 +381,12 @@ impl ModelArgs {
                     + group
                         .as_ref()
                         .map_or(0, |_| parallel::local_rank().unwrap_or(0));
-                let mut backend = CudaBackend::new(device, weights)?;
+                let graphs = if self.enforce_eager {
+                    0
+                } else {
+                    self.max_cudagraph_capture_size
+                };
+                let mut backend = CudaBackend::new(device, weights)?.with_cuda_graphs(graphs);
                 if let Some(g) = &group {
                     backend = backend.with_group(g.as_ref())?;
                 }

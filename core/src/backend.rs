@@ -150,6 +150,20 @@ pub trait Backend {
         self.upload(tensor)
     }
     fn upload_batch(&self, batch: &BatchInput) -> Result<Self::Batch>;
+    /// One step's forward pass: `body` runs every op of the step over the uploaded batch and
+    /// returns the logits. A backend may record the ops once per batch shape and replay the
+    /// recording on later steps of that shape (CUDA graphs), as long as the logits are those
+    /// `body` computes; the default uploads the batch and runs `body`.
+    #[allow(clippy::type_complexity)] // the closure's types are the trait's own
+    fn run_step(
+        &self,
+        batch: &BatchInput,
+        kv: &mut Self::KvCache,
+        body: &mut dyn FnMut(&Self::Batch, &mut Self::KvCache) -> Result<Self::Tensor>,
+    ) -> Result<Self::Tensor> {
+        let meta = self.upload_batch(batch)?;
+        body(&meta, kv)
+    }
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<Self::KvCache>;
     /// Host blocks for swapping (`spec.num_blocks` of them).
     fn alloc_swap_space(&self, spec: &KvCacheSpec) -> Result<Self::SwapSpace>;

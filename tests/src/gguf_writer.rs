@@ -1,6 +1,8 @@
 //! Writes small GGUF v3 files (F32, F16, Q8_0 tensors) so tests can build models and corrupt them.
 
 use half::f16;
+use infer_core::dummy::random_blocks;
+use infer_core::gguf::GgmlType;
 
 pub enum Meta {
     U32(u32),
@@ -245,6 +247,27 @@ pub fn tiny_llama(seed: u64) -> GgufWriter {
         w.tensor(&b("ffn_gate"), &[ff, d], Data::F32(rnd(ff * d, 0.2)));
         w.tensor(&b("ffn_up"), &[ff, d], Data::F32(rnd(ff * d, 0.2)));
         w.tensor(&b("ffn_down"), &[d, ff], Data::F32(rnd(d * ff, 0.2)));
+    }
+    w
+}
+
+/// `tiny_llama` with every layer matrix as random `dtype` blocks (`dummy::random_blocks`), for
+/// the backends' kernels on packed weights; `dtype`'s block must divide the rows (64 and 96).
+pub fn tiny_llama_blocks(seed: u64, dtype: GgmlType) -> GgufWriter {
+    let mut w = tiny_llama(seed);
+    let id = (0..64)
+        .find(|&i| GgmlType::from_id(i) == Some(dtype))
+        .expect("a GGUF type id");
+    let matrices: Vec<(String, Vec<usize>)> = w
+        .tensors
+        .iter()
+        .filter(|(name, shape, _)| name.starts_with("blk.") && shape.len() == 2)
+        .map(|(name, shape, _)| (name.clone(), shape.clone()))
+        .collect();
+    for (k, (name, shape)) in matrices.into_iter().enumerate() {
+        let blocks = random_blocks(dtype, shape[0], shape[1], seed * 100 + k as u64)
+            .expect("a type random_blocks makes");
+        w.tensor(&name, &shape, Data::Raw(id, blocks));
     }
     w
 }

@@ -118,3 +118,16 @@ fn hf_directories_match_their_gguf() {
         assert!(diff < 1e-4, "{}: max |logit diff| {diff}", case.name);
     }
 }
+
+/// The harness the GPU backends run their decode-step machinery through (CUDA graphs), on the
+/// CPU: packed weights against f32 ones, batches of 1, 3 and 9 sequences, one crossing a
+/// 512-key attention partition; and a model of Q4_1 blocks.
+#[test]
+fn decode_steps_agree_across_weight_layouts() {
+    let [packed, f32_weights] = cpu_backends();
+    use infer_core::gguf::GgmlType;
+    use infer_tests::conformance::check_decode_steps;
+    check_decode_steps(&packed, &f32_weights, None, &[1, 3, 9], 14, 1e-4);
+    // Layers of Q4_1 blocks (as the CUDA test runs its integer matvecs on).
+    check_decode_steps(&packed, &f32_weights, Some(GgmlType::Q4_1), &[2], 4, 1e-4);
+}

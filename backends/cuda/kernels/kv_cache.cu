@@ -1,9 +1,11 @@
 // The paged KV cache of one layer: K and V each [num_blocks * block_size, width] in f16, where
 // width = kv_heads * head_dim and a slot is block * block_size + offset.
 
-// Stores this step's K and V rows [tokens, width] at their slots; one block per token.
+// Stores this step's K and V rows [tokens, width] at their slots; one block per token. Slot
+// 0xFFFFFFFF pads a CUDA graph's batch and stores nothing.
 extern "C" __global__ void write_kv(const float* k, const float* v, f16* k_cache, f16* v_cache,
                                     const u32* slots, u32 width) {
+    if (slots[blockIdx.x] == 0xFFFFFFFFu) return;
     size_t dst = (size_t)slots[blockIdx.x] * width;
     size_t src = (size_t)blockIdx.x * width;
     for (u32 c = threadIdx.x; c < width; c += blockDim.x) {

@@ -57,18 +57,22 @@ pub fn paged_attention(
         )
         .into());
     }
-    let mut out = be.zeros_f32(n * width)?;
+    // Both kernels write every element of their outputs: no memsets (four launches a layer).
+    let mut out = be.output_f32(n * width)?;
     if n == 0 {
         return Ok(CudaTensor {
             storage: Storage::F32(out),
             shape: vec![0, width],
         });
     }
-    let parts = batch.max_context.div_ceil(ATTENTION_PARTITION).max(1);
+    let parts = batch.attention_parts;
+    if parts * ATTENTION_PARTITION < batch.max_context {
+        return Err(op_err("paged_attention", "too few partitions for the context").into());
+    }
     let partials = n * p.num_heads * parts;
-    let mut part_out = be.zeros_f32(partials * p.head_dim)?;
-    let mut part_max = be.zeros_f32(partials)?;
-    let mut part_sum = be.zeros_f32(partials)?;
+    let mut part_out = be.output_f32(partials * p.head_dim)?;
+    let mut part_max = be.output_f32(partials)?;
+    let mut part_sum = be.output_f32(partials)?;
     let (kc, vc) = &cache.layers[layer];
     let a = |v: usize| u32_arg("paged_attention", v);
     let (mb, bs, h, kvh, hd) = (

@@ -12,6 +12,7 @@ use infer_core::ProcessGroup;
 
 use crate::device::{elementwise, Device};
 use crate::error::{op_err, CudaError};
+use crate::graph::{StepGraphs, DEFAULT_MAX_CAPTURE};
 use crate::nccl::NcclComm;
 use crate::tensor::{CudaTensor, Storage};
 
@@ -37,6 +38,8 @@ pub struct CudaBackend {
     pub(crate) peak_step_bytes: Arc<AtomicU64>,
     /// The tensor-parallel group's NCCL communicator (`with_group`).
     pub(crate) nccl: Option<Arc<NcclComm>>,
+    /// Decode steps recorded as CUDA graphs (`graph.rs`).
+    pub(crate) graphs: Arc<StepGraphs>,
 }
 
 pub struct CudaBatch {
@@ -49,6 +52,9 @@ pub struct CudaBatch {
     pub(crate) logits_indices: CudaSlice<u32>,
     /// Largest context any token of the step attends over.
     pub(crate) max_context: usize,
+    /// 512-key partitions the attention grid has: enough for `max_context` (a CUDA graph's
+    /// batch has more, for the contexts of the steps that replay it).
+    pub(crate) attention_parts: usize,
     /// Largest KV slot written and block id read: the per-layer checks against the cache
     /// compare these instead of scanning the batch every layer.
     pub(crate) max_slot: Option<u32>,
@@ -61,6 +67,8 @@ pub(crate) fn u32_arg(op: &'static str, n: usize) -> std::result::Result<u32, Cu
 
 impl CudaBackend {
     /// Opens device `ordinal`; fails with a clear error (never a panic) without CUDA.
+    /// Decode steps of up to `DEFAULT_MAX_CAPTURE` sequences run as CUDA graphs
+    /// (`with_cuda_graphs` changes that).
     pub fn new(ordinal: usize, weights: CudaWeights) -> Result<Self> {
         let dev = Device::open(ordinal)?;
         Ok(CudaBackend {
@@ -69,7 +77,22 @@ impl CudaBackend {
             step_bytes: Arc::default(),
             peak_step_bytes: Arc::default(),
             nccl: None,
+            graphs: Arc::new(StepGraphs::new(DEFAULT_MAX_CAPTURE)),
         })
+    }
+
+    /// Records decode steps of up to `max_batch` sequences as CUDA graphs (vLLM's
+    /// `--max-cudagraph-capture-size`); 0 runs every step eagerly (`--enforce-eager`).
+    pub fn with_cuda_graphs(self, max_batch: usize) -> Self {
+        CudaBackend {
+            graphs: Arc::new(StepGraphs::new(max_batch)),
+            ..self
+        }
+    }
+
+    /// (decode shapes recorded as CUDA graphs, steps replayed from them) so far.
+    pub fn graph_stats(&self) -> (u64, u64) {
+        self.graphs.stats()
     }
 
     /// Joins `group`'s NCCL communicator (every rank together), so `all_reduce_sum` runs

@@ -1,6 +1,8 @@
 //! The paged KV cache on the device (per layer, K and V each `[blocks * block_size, width]`
 //! in f16) and the pinned host memory preempted blocks are swapped to.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use cudarc::driver::{CudaSlice, PinnedHostSlice, PushKernelArg};
 use infer_core::backend::KvCacheSpec;
 use infer_core::block_manager::{check_copies, BlockCopy};
@@ -14,6 +16,8 @@ use crate::tensor::CudaTensor;
 type CudaResult<T> = std::result::Result<T, CudaError>;
 
 pub struct CudaKvCache {
+    /// Tells caches apart (CUDA graphs record one cache's buffers).
+    pub(crate) id: u64,
     pub(crate) spec: KvCacheSpec,
     /// (K, V) per layer.
     pub(crate) layers: Vec<(CudaSlice<u16>, CudaSlice<u16>)>,
@@ -50,7 +54,9 @@ impl CudaBackend {
                 Ok((k, v))
             })
             .collect::<CudaResult<Vec<_>>>()?;
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Ok(CudaKvCache {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             spec: *spec,
             layers,
         })
@@ -184,6 +190,8 @@ impl CudaBackend {
             )
             .into());
         }
+        // Padding tokens of a CUDA graph's batch (slot PAD_SLOT) are not in `max_slot`;
+        // the kernel skips them.
         if let Some(s) = batch.max_slot.filter(|&s| s as usize >= slots) {
             return Err(op_err("write_kv", format!("slot {s} >= {slots}")).into());
         }

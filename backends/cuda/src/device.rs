@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchArgs, LaunchConfig};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchArgs, LaunchConfig};
 
 use crate::error::CudaError;
 use crate::kernels::{compiled, nvrtc_present, SOURCES};
@@ -53,11 +53,16 @@ pub fn check_devices(first: usize, ranks: usize) -> Result<(), CudaError> {
     Ok(())
 }
 
+/// cuBLAS's workspace: what PyTorch gives it on Hopper (32 MiB).
+const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
 /// One device: context, its stream (all work is ordered on it), cuBLAS and the kernels.
 pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
+    /// cuBLAS's workspace (after `blas`, so it is dropped after the handle).
+    _blas_workspace: CudaSlice<u8>,
     pub name: String,
     pub arch: (i32, i32),
     functions: HashMap<&'static str, CudaFunction>,
@@ -83,8 +88,26 @@ impl Device {
         keep_pool_memory(&ctx)?;
         let name = ctx.name()?;
         let arch = ctx.compute_capability()?;
-        let stream = ctx.default_stream();
+        // A stream of our own: CUDA graphs cannot be captured on the legacy default stream.
+        let stream = ctx.new_stream()?;
         let blas = CudaBlas::new(stream.clone())?;
+        // cuBLAS may allocate its workspace on first use, which a graph capture forbids; a
+        // workspace of ours makes every GEMM capturable (as PyTorch does for its graphs).
+        let mut blas_workspace = stream.alloc_zeros::<u8>(BLAS_WORKSPACE_BYTES)?;
+        {
+            use cudarc::driver::DevicePtrMut;
+            let (ptr, _guard) = blas_workspace.device_ptr_mut(&stream);
+            // SAFETY: the handle is ours; the workspace lives in `Device` as long as the handle
+            // (and is dropped after it), and is only used on the handle's stream.
+            unsafe {
+                cudarc::cublas::sys::cublasSetWorkspace_v2(
+                    *blas.handle(),
+                    ptr as *mut std::ffi::c_void,
+                    BLAS_WORKSPACE_BYTES,
+                )
+            }
+            .result()?;
+        }
         let mut functions = HashMap::new();
         for ((file, ptx), (_, _, kernels)) in compiled(arch)?.iter().zip(SOURCES) {
             let module = ctx
@@ -102,6 +125,7 @@ impl Device {
             ctx,
             stream,
             blas,
+            _blas_workspace: blas_workspace,
             name,
             arch,
             functions,

@@ -107,6 +107,11 @@ impl CudaBackend {
     pub(crate) fn routing_host(&self, r: &CudaRouting) -> Result<HostRouting> {
         let a = r.tokens * r.top_k;
         let s = &self.dev.stream;
+        // A read-back inside a CUDA graph's recording would hand back memory nothing wrote.
+        let capturing = s.capture_status().map_err(CudaError::from)?;
+        if capturing != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(op_err("routing_to_host", "read back while a CUDA graph records").into());
+        }
         let read = |b: &CudaSlice<u32>, n: usize| -> Result<Vec<u32>> {
             let mut v = s.clone_dtoh(b).map_err(CudaError::from)?;
             v.truncate(n);

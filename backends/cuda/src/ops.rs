@@ -14,6 +14,7 @@ use crate::backend::{u32_arg, CudaBackend, CudaBatch, CudaWeights};
 use crate::cache::{CudaKvCache, CudaSwapSpace};
 use crate::device::{elementwise, launch_rows, threads_for};
 use crate::error::{op_err, CudaError};
+use crate::quant::Matvec;
 use crate::tensor::{CudaTensor, Storage};
 
 type CudaResult<T> = std::result::Result<T, CudaError>;
@@ -138,9 +139,21 @@ impl Backend for CudaBackend {
             logits_indices: self.upload_u32(&b.logits_indices)?,
             input: b.clone(),
             max_context,
+            attention_parts: max_context
+                .div_ceil(crate::kernels::ATTENTION_PARTITION)
+                .max(1),
             max_slot: b.slot_mapping.iter().copied().max(),
             max_block: b.block_tables.iter().copied().max(),
         })
+    }
+
+    fn run_step(
+        &self,
+        batch: &BatchInput,
+        kv: &mut CudaKvCache,
+        body: &mut crate::graph::BodyFn<'_>,
+    ) -> Result<CudaTensor> {
+        self.run_step_graphed(batch, kv, body)
     }
 
     fn alloc_kv_cache(&self, spec: &KvCacheSpec) -> Result<CudaKvCache> {
@@ -261,6 +274,34 @@ impl Backend for CudaBackend {
 
     fn matmul(&self, x: &CudaTensor, w: &CudaTensor) -> Result<CudaTensor> {
         Ok(self.gemm(x, w)?)
+    }
+
+    /// Decode rows against several packed matrices (QKV, gate and up) quantize the
+    /// activations once for all of them.
+    fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaTensor]) -> Result<Vec<CudaTensor>> {
+        let (m, k) = x.rows_cols();
+        let kernels: Option<Vec<&'static str>> = ws
+            .iter()
+            .map(|w| match self.matvec_kernel(w, m) {
+                Some(Matvec::Q8(kernel)) if w.rows_cols().1 == k && m > 0 => Some(kernel),
+                _ => None,
+            })
+            .collect();
+        let Some(kernels) = kernels.filter(|k| k.len() > 1) else {
+            return ws.iter().map(|w| self.matmul(x, w)).collect();
+        };
+        let xq = self.quantize_q8_1(x)?;
+        kernels
+            .into_iter()
+            .zip(ws)
+            .map(|(kernel, w)| {
+                let mut shape = x.shape.clone();
+                if let Some(last) = shape.last_mut() {
+                    *last = w.rows_cols().0;
+                }
+                Ok(self.matvec_q8(kernel, &xq, w, shape)?)
+            })
+            .collect()
     }
 
     fn add_bias(&self, x: &mut CudaTensor, bias: &CudaTensor) -> Result<()> {

@@ -1,10 +1,11 @@
 //! Weight matrices kept in their GGUF blocks on the device (`kernels/quant.cu`): a Q4_K_M
 //! model takes about its file's size and decode reads 3-4x fewer bytes than from f16. Small
-//! batches (decode) multiply the blocks directly in one matvec launch; larger ones dequantize
-//! the matrix to f16 in front of cuBLAS's tensor-core GEMM, where compute, not bytes, bounds
-//! the step.
+//! batches (decode) multiply the blocks directly: the activations are quantized to q8_1 (8-bit
+//! codes per 32, once for all the matrices that share them) and each unit of 32 weights is
+//! dotted with `__dp4a`, as llama.cpp's MMVQ kernels do. Larger batches dequantize the matrix
+//! to f16 in front of cuBLAS's tensor-core GEMM, where compute, not bytes, bounds the step.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use infer_core::gguf::GgmlType;
 use infer_core::weights::PackedTensor;
 
@@ -21,9 +22,36 @@ pub const MATVEC_MAX_ROWS: usize = 8;
 const MATVEC_WARPS: u32 = 4;
 const MATVEC_ROWS_PER_WARP: u32 = 2;
 
+/// How a decode matvec multiplies: f16 weights on f32 activations, or a packed type's
+/// integer kernel on q8_1 activations.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Matvec {
+    F16,
+    Q8(&'static str),
+}
+
+/// Activations as q8_1 runs of 32 (`quantize_q8_1` in quant.cu): eight words of int8 codes
+/// and (d, s) per run.
+pub(crate) struct Q8Activations {
+    q: CudaSlice<u32>,
+    ds: CudaSlice<f32>,
+    m: usize,
+    k: usize,
+}
+
+/// A block of `MATVEC_WARPS` warps per `MATVEC_WARPS * MATVEC_ROWS_PER_WARP` weight rows.
+fn matvec_config(rows: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.div_ceil(MATVEC_WARPS * MATVEC_ROWS_PER_WARP), 1, 1),
+        block_dim: (32 * MATVEC_WARPS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The kernels of a quant type the device computes on.
 pub struct QuantKernels {
-    pub matvec: &'static str,
+    /// The decode matvec on q8_1 activations.
+    pub matvec_q8: &'static str,
     pub dequant: &'static str,
     pub embedding: &'static str,
 }
@@ -34,7 +62,7 @@ pub fn kernels_for(dtype: GgmlType) -> Option<QuantKernels> {
     macro_rules! names {
         ($s:literal) => {
             QuantKernels {
-                matvec: concat!("matvec_", $s),
+                matvec_q8: concat!("matvec_q8_", $s),
                 dequant: concat!("dequant_", $s),
                 embedding: concat!("embedding_", $s),
             }
@@ -78,16 +106,17 @@ impl CudaBackend {
         }))
     }
 
-    /// The matvec kernel for `w` when `x` has few enough rows and `w`'s rows are whole
-    /// 32-weight units: packed types, and f16 (one launch instead of a cast and a GEMM).
-    pub(crate) fn matvec_kernel(&self, w: &CudaTensor, m: usize) -> Option<&'static str> {
+    /// The matvec for `w` when `x` has few enough rows and `w`'s rows are whole 32-weight
+    /// units: packed types (on q8_1 activations), and f16 (one launch instead of a cast and a
+    /// GEMM).
+    pub(crate) fn matvec_kernel(&self, w: &CudaTensor, m: usize) -> Option<Matvec> {
         let (_, k) = w.rows_cols();
         if m > MATVEC_MAX_ROWS || !k.is_multiple_of(32) {
             return None;
         }
         match &w.storage {
-            Storage::F16(_) => Some("matvec_f16"),
-            Storage::Packed { dtype, .. } => kernels_for(*dtype).map(|k| k.matvec),
+            Storage::F16(_) => Some(Matvec::F16),
+            Storage::Packed { dtype, .. } => kernels_for(*dtype).map(|k| Matvec::Q8(k.matvec_q8)),
             Storage::F32(_) => None,
         }
     }
@@ -95,11 +124,24 @@ impl CudaBackend {
     /// `out [m, n] = x [m, k] · wᵀ` by `kernel` (from `matvec_kernel`).
     pub(crate) fn matvec(
         &self,
-        kernel: &str,
+        kernel: Matvec,
         x: &CudaTensor,
         w: &CudaTensor,
         out_shape: Vec<usize>,
     ) -> Result<CudaTensor, CudaError> {
+        let kernel = match kernel {
+            Matvec::Q8(kernel) => {
+                let xq = self.quantize_q8_1(x)?;
+                return self.matvec_q8(kernel, &xq, w, out_shape);
+            }
+            Matvec::F16 => "matvec_f16",
+        };
+        let Storage::F16(data) = &w.storage else {
+            return Err(op_err(
+                "matmul",
+                "the f16 matvec on a matrix that is not f16",
+            ));
+        };
         let (m, k) = x.rows_cols();
         let (n, _) = w.rows_cols();
         let mut out = self.output_f32(m * n)?;
@@ -110,26 +152,91 @@ impl CudaBackend {
         );
         let s = &self.dev.stream;
         let mut b = s.launch_builder(self.dev.function(kernel)?);
-        match &w.storage {
-            Storage::F16(d) => b.arg(d),
-            Storage::Packed { data, .. } => b.arg(data),
-            Storage::F32(_) => return Err(op_err("matmul", "no matvec for f32 weights")),
-        };
-        b.arg(x.f32("matmul")?)
+        b.arg(data)
+            .arg(x.f32("matmul")?)
             .arg(&mut out)
             .arg(&n32)
             .arg(&k32)
             .arg(&m32);
-        let cfg = LaunchConfig {
-            grid_dim: (n32.div_ceil(MATVEC_WARPS * MATVEC_ROWS_PER_WARP), 1, 1),
-            block_dim: (32 * MATVEC_WARPS, 1, 1),
-            shared_mem_bytes: 0,
+        // SAFETY: matvec_f16(const u8* w, const float* x, float* y, u32 rows, u32 cols, u32 m):
+        // w holds n rows of k halves (k a multiple of 32), x m*k f32, out m*n;
+        // m <= MATVEC_MAX_ROWS; each warp's first row is below n, and it stores only rows
+        // below n.
+        unsafe { b.launch(matvec_config(n32)) }?;
+        Ok(CudaTensor {
+            storage: Storage::F32(out),
+            shape: out_shape,
+        })
+    }
+
+    /// `x [m, k]` (k a multiple of 32) as q8_1 runs for the integer matvecs.
+    pub(crate) fn quantize_q8_1(&self, x: &CudaTensor) -> Result<Q8Activations, CudaError> {
+        let (m, k) = x.rows_cols();
+        if !k.is_multiple_of(32) {
+            return Err(op_err("matmul", format!("q8_1 runs of {k} columns")));
+        }
+        let runs = m * k / 32;
+        self.count(runs * 40);
+        let s = &self.dev.stream;
+        // SAFETY: quantize_q8_1 below writes every run's eight ints and (d, s).
+        let mut q = unsafe { s.alloc::<u32>((runs * 8).max(1)) }?;
+        // SAFETY: as above.
+        let mut ds = unsafe { s.alloc::<f32>((runs * 2).max(1)) }?;
+        let runs32 = u32_arg("matmul", runs)?;
+        let mut b = s.launch_builder(self.dev.function("quantize_q8_1")?);
+        b.arg(x.f32("matmul")?)
+            .arg(&mut q)
+            .arg(&mut ds)
+            .arg(&runs32);
+        // SAFETY: quantize_q8_1(const float* x, int* q, float2* ds, u32 runs), a grid-stride
+        // loop over runs: x holds runs * 32 f32, q runs * 8 words, ds runs float2.
+        unsafe { b.launch(elementwise(runs)) }?;
+        Ok(Q8Activations { q, ds, m, k })
+    }
+
+    /// `out [m, n] = x · wᵀ` for a packed `w [n, k]` by its integer matvec `kernel`, on
+    /// activations `xq` quantized once for every matrix that takes them.
+    pub(crate) fn matvec_q8(
+        &self,
+        kernel: &str,
+        xq: &Q8Activations,
+        w: &CudaTensor,
+        out_shape: Vec<usize>,
+    ) -> Result<CudaTensor, CudaError> {
+        let Storage::Packed { data, .. } = &w.storage else {
+            return Err(op_err(
+                "matmul",
+                "an integer matvec on a matrix that is not packed",
+            ));
         };
-        // SAFETY: matvec_*(const u8* w, const float* x, float* y, u32 rows, u32 cols, u32 m):
-        // w holds n rows of k weights in its type's blocks (checked at upload; k a multiple
-        // of 32), x m*k f32, out m*n; m <= MATVEC_MAX_ROWS; each warp's first row is below
-        // n, and it stores only rows below n.
-        unsafe { b.launch(cfg) }?;
+        let (n, k) = w.rows_cols();
+        if k != xq.k || xq.m > MATVEC_MAX_ROWS {
+            return Err(op_err(
+                "matmul",
+                format!("x [{}, {}] · w {:?}ᵀ", xq.m, xq.k, w.shape),
+            ));
+        }
+        let mut out = self.output_f32(xq.m * n)?;
+        let (n32, k32, m32) = (
+            u32_arg("matmul", n)?,
+            u32_arg("matmul", k)?,
+            u32_arg("matmul", xq.m)?,
+        );
+        let s = &self.dev.stream;
+        let mut b = s.launch_builder(self.dev.function(kernel)?);
+        b.arg(data)
+            .arg(&xq.q)
+            .arg(&xq.ds)
+            .arg(&mut out)
+            .arg(&n32)
+            .arg(&k32)
+            .arg(&m32);
+        // SAFETY: matvec_q8_*(const u8* w, const int* xq, const float2* xds, float* y, u32
+        // rows, u32 cols, u32 m): w holds n rows of k weights in its type's blocks (checked at
+        // upload; k a multiple of 32), xq m*k/32 runs of codes and scales, out m*n;
+        // m <= MATVEC_MAX_ROWS; each warp's first row is below n, and it stores only rows
+        // below n.
+        unsafe { b.launch(matvec_config(n32)) }?;
         Ok(CudaTensor {
             storage: Storage::F32(out),
             shape: out_shape,

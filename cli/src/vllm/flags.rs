@@ -65,7 +65,7 @@ const fn s(
 const TEXT_ONLY: &str = "infer serves text-only models";
 const NO_LORA: &str = "LoRA adapters are not supported; merge the adapter into the weights";
 const ONE_ENGINE: &str = "infer runs one engine per server; run replicas behind a router";
-const EAGER: &str = "infer runs eagerly (no CUDA graphs or torch.compile yet)";
+const GRAPH_SIZES: &str = "CUDA graphs are recorded at infer's batch sizes (1, 2, 4, 8, 16, 24, … 512) up to --max-cudagraph-capture-size; sizes change speed, not results";
 const NO_MAMBA: &str = "infer has no Mamba / hybrid models";
 const NO_EPLB: &str =
     "expert parallelism is not supported; mixture-of-experts models run with tensor parallelism";
@@ -103,7 +103,7 @@ pub const FLAGS: &[VllmFlag] = &[
     f("--tokenizer-revision", Value, Refused("infer fetches the hub's main revision; pass a local --tokenizer folder")),
     f("--max-model-len", Value, Own),
     s("--quantization", &["-q"], Value, Values(&["gguf", "None", ""], "infer reads the quantization from the model file (GGUF Q4_0/Q4_1/Q4_K/Q5_K/Q6_K/Q8_0/F16/F32); it does not quantize at load")),
-    f("--enforce-eager", Switch, Inherent(EAGER)),
+    f("--enforce-eager", Switch, Own),
     f("--max-logprobs", Value, Own),
     f("--logprobs-mode", Value, Values(&["processed_logprobs"], "infer reports log-probabilities after penalties and bias, before temperature (vLLM's processed_logprobs)")),
     f("--disable-sliding-window", Switch, Refused("sliding windows come from the model's config")),
@@ -228,13 +228,13 @@ pub const FLAGS: &[VllmFlag] = &[
     f("--disable-hybrid-kv-cache-manager", Switch, Inherent("there is one KV cache manager for every layer")),
     f("--async-scheduling", Switch, Inherent("the next step is scheduled while the device computes the last one")),
     // CompilationConfig and VllmConfig
-    f("--cudagraph-capture-sizes", Value, Inherent(EAGER)),
-    f("--cuda-graph-sizes", Value, Inherent(EAGER)),
-    f("--max-cudagraph-capture-size", Value, Inherent(EAGER)),
+    f("--cudagraph-capture-sizes", Value, Inherent(GRAPH_SIZES)),
+    f("--cuda-graph-sizes", Value, Inherent(GRAPH_SIZES)),
+    f("--max-cudagraph-capture-size", Value, Own),
     f("--speculative-config", Value, Own),
     f("--kv-transfer-config", Value, Refused("disaggregated prefill (KV transfer) is not supported")),
     f("--kv-events-config", Value, Refused("KV cache events are not published")),
-    s("--compilation-config", &["-O"], Value, Inherent(EAGER)),
+    s("--compilation-config", &["-O"], Value, Inherent("infer has no torch.compile; CUDA graphs record decode steps unless --enforce-eager")),
     f("--additional-config", Value, Refused("there are no platform plugins to configure")),
     f("--structured-outputs-config", Value, Refused("structured outputs use llguidance with vLLM's default reading of schemas; --strict-json-schema reads them as JSON Schema does")),
     f("--disable-log-stats", Switch, Own),

@@ -40,6 +40,7 @@ fn sample(name: &str) -> &'static str {
         "--root-path" => "/api",
         "--max-logprobs" => "50",
         "--reasoning-parser" => "deepseek_r1",
+        "--max-cudagraph-capture-size" => "256",
         other => panic!("no sample value for {other}"),
     }
 }

@@ -331,18 +331,22 @@ impl<B: Backend> Model<B> {
         batch: &BatchInput,
         kv: &mut B::KvCache,
     ) -> Result<B::Tensor> {
-        let (meta, x) = self.hidden_states(backend, batch, kv)?;
-        let last = backend.gather_logit_rows(&x, &meta)?;
-        let c = &self.config;
-        let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
-        let mut logits = backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))?;
-        if let Some(s) = c.features.logits_scale {
-            backend.scale(&mut logits, s)?;
-        }
-        if let Some(cap) = c.features.final_logit_softcap {
-            backend.softcap(&mut logits, cap)?;
-        }
-        Ok(logits)
+        self.check_batch(batch)?;
+        backend.run_step(batch, kv, &mut |meta, kv| {
+            let x = self.layers_forward(backend, meta, kv)?;
+            let last = backend.gather_logit_rows(&x, meta)?;
+            let c = &self.config;
+            let h = backend.rms_norm(&last, &self.final_norm, c.rms_norm_eps)?;
+            let mut logits =
+                backend.matmul_logits(&h, self.lm_head.as_ref().unwrap_or(&self.embed))?;
+            if let Some(s) = c.features.logits_scale {
+                backend.scale(&mut logits, s)?;
+            }
+            if let Some(cap) = c.features.final_logit_softcap {
+                backend.softcap(&mut logits, cap)?;
+            }
+            Ok(logits)
+        })
     }
 
     /// Every layer of one step, without the logits: the hidden states `[num_tokens, hidden]`
@@ -353,20 +357,9 @@ impl<B: Backend> Model<B> {
         batch: &BatchInput,
         kv: &mut B::KvCache,
     ) -> Result<B::Tensor> {
-        Ok(self.hidden_states(backend, batch, kv)?.1)
-    }
-
-    /// The batch checked and uploaded, and every layer run over it.
-    fn hidden_states(
-        &self,
-        backend: &B,
-        batch: &BatchInput,
-        kv: &mut B::KvCache,
-    ) -> Result<(B::Batch, B::Tensor)> {
         self.check_batch(batch)?;
         let meta = backend.upload_batch(batch)?;
-        let x = self.layers_forward(backend, &meta, kv)?;
-        Ok((meta, x))
+        self.layers_forward(backend, &meta, kv)
     }
 
     fn layers_forward(

@@ -9,12 +9,14 @@ mod engine;
 pub mod families;
 mod moe;
 mod quant;
+mod steps;
 
 pub use attention::{check_attention, check_block_copies, check_rope};
 pub use dense::{check_dense_ops, check_matmul, to_f16};
 pub use engine::smollm2_greedy;
 pub use moe::{check_moe_ops, moe_cases, MoeCase};
 pub use quant::check_packed_matmul;
+pub use steps::check_decode_steps;
 
 use infer_core::{Backend, BatchInput, HostTensor, SequenceChunk};
 use infer_cpu::CpuBackend;
