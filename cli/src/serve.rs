@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Do not serve the OpenAPI document at /openapi.json (vLLM's: FastAPI's docs off).
     #[arg(long)]
     pub disable_fastapi_docs: bool,
+    /// Name logprob tokens `token_id:N` instead of their text, unless a request's
+    /// `return_tokens_as_token_ids` says otherwise (vLLM's).
+    #[arg(long)]
+    pub return_tokens_as_token_ids: bool,
     /// Seconds between engine lines (throughput, queues, KV cache usage, prefix-cache hits).
     #[arg(long, default_value_t = 10.0)]
     pub log_stats_interval: f64,
@@ -401,7 +405,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_defaults(defaults)
         .with_reasoning_parser(reasoning)
         .with_model_aliases(aliases)
-        .with_openapi(!args.disable_fastapi_docs),
+        .with_openapi(!args.disable_fastapi_docs)
+        .with_token_ids(args.return_tokens_as_token_ids),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -48,6 +48,7 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
             "smol",
             "smol-alias",
             "--disable-fastapi-docs",
+            "--return-tokens-as-token-ids",
         ],
     );
     let prompt = "A secret prompt about the capital of France";
@@ -88,6 +89,21 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
     let r = ureq::get(&format!("{url}/openapi.json")).call();
     assert!(matches!(r, Err(ureq::Error::Status(404, _))), "{r:?}");
     ureq::get(&format!("{url}/health")).call().unwrap();
+    // --return-tokens-as-token-ids names logprob tokens by id unless a request says otherwise.
+    for (asked, by_id) in [(None, true), (Some(false), false)] {
+        let mut body = json!({"prompt": "Hi", "max_tokens": 2, "logprobs": 1});
+        if let Some(a) = asked {
+            body["return_tokens_as_token_ids"] = json!(a);
+        }
+        let v: Value = ureq::post(&format!("{url}/v1/completions"))
+            .set("Authorization", "Bearer token-abc123")
+            .send_json(body)
+            .unwrap()
+            .into_json()
+            .unwrap();
+        let token = v["choices"][0]["logprobs"]["tokens"][0].as_str().unwrap();
+        assert_eq!(token.starts_with("token_id:"), by_id, "{v}");
+    }
     // The engine line comes within its interval of the work.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !log.lock().unwrap().contains("Avg prompt throughput") && Instant::now() < deadline {
@@ -102,7 +118,7 @@ fn a_vllm_command_line_serves_and_operators_see_it_in_the_log() {
         .lines()
         .filter(|l| l.contains("infer::access"))
         .collect();
-    assert_eq!(access.len(), 5, "{log}");
+    assert_eq!(access.len(), 7, "{log}");
     assert!(access[0].contains("POST /v1/completions 200"), "{log}");
     assert!(access[0].contains(r#"request_id="req-42""#), "{log}");
     assert!(access[2].contains("GET /v1/models 200"), "{log}");

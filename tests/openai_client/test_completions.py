@@ -138,3 +138,20 @@ def test_stop_reason_is_vllms(client, server):
     r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4,
                                   temperature=0, extra_body={"stop_token_ids": [stop_id]})
     assert getattr(r.choices[0], "stop_reason", "missing") == stop_id, r
+
+
+def test_logprob_tokens_as_token_ids(client):
+    # vLLM's `return_tokens_as_token_ids` (lm-eval asks for it): tokens named token_id:N.
+    named = client.completions.create(model=MODEL, prompt="The capital of France is",
+                                      max_tokens=4, temperature=0, logprobs=2)
+    by_id = client.completions.create(model=MODEL, prompt="The capital of France is",
+                                      max_tokens=4, temperature=0, logprobs=2,
+                                      extra_body={"return_tokens_as_token_ids": True})
+    tokens = by_id.choices[0].logprobs.tokens
+    assert len(tokens) == len(named.choices[0].logprobs.tokens)
+    assert all(t.startswith("token_id:") for t in tokens), tokens
+    assert by_id.choices[0].text == named.choices[0].text
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=1, extra_body={"return_tokens_as_token_ids": True})
+    assert all(c.token.startswith("token_id:") for c in chat.choices[0].logprobs.content)

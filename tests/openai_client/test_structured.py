@@ -114,7 +114,6 @@ UNSUPPORTED_CHAT = {
     "modalities": ["text", "audio"],
     "web_search_options": {},
     "chat_template": "{{ messages }}",
-    "return_tokens_as_token_ids": True,
     "logit_processors": ["x"],
     "frobnicate": 1,
 }

@@ -48,7 +48,8 @@ async fn run(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Result<Respon
     let reply = state.reply("chatcmpl", req.sampling.request_id.as_deref());
     let replies = ChatReplies::new(tools, &reply.id)
         .with_echo(echo)
-        .with_reasoning(state.reasoning_parser);
+        .with_reasoning(state.reasoning_parser)
+        .with_token_ids(state.token_ids(req.sampling.return_tokens_as_token_ids));
     let running = req
         .sampling
         .continuous_usage()

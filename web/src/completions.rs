@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::stream::{self, Stream, StreamExt};
 use infer_api::format::{
     completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, RunningUsage,
-    UsageCounter, COMPLETION as OBJECT,
+    TokenNames, UsageCounter, COMPLETION as OBJECT,
 };
 use infer_core::{CompletionOutput, TokenLogprobs};
 use serde_json::{json, Value};
@@ -121,9 +121,11 @@ async fn run(
             .sampling
             .continuous_usage()
             .then(|| RunningUsage::new(prompts.iter().map(Vec::len).collect()));
-        let body = sse_stream(state.clone(), reply, streams, n, usage, running);
+        let token_ids = state.token_ids(req.sampling.return_tokens_as_token_ids);
+        let body = sse_stream(state.clone(), reply, streams, n, usage, running, token_ids);
         return Ok(sse_reply(stream::iter(head).chain(body)));
     }
+    let token_ids = state.token_ids(req.sampling.return_tokens_as_token_ids);
     let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
     let mut cached = 0;
     for (i, events) in streams.into_iter().enumerate() {
@@ -149,7 +151,8 @@ async fn run(
             prompt_logprobs: prepared.prompt_logprobs.then_some(&prompt_lps[..]),
         };
         for o in done.outputs {
-            let (c, tokens) = choice.build(&state.tokenizer, o);
+            let names = TokenNames::new(&state.tokenizer, token_ids);
+            let (c, tokens) = choice.build(names, o);
             completion_tokens += tokens;
             choices.push(c);
         }
@@ -214,6 +217,7 @@ fn sse_stream(
     n: usize,
     include_usage: bool,
     mut running: Option<RunningUsage>,
+    token_ids: bool,
 ) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
     let tagged = streams.into_iter().enumerate().map(|(i, rx)| {
         tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(move |ev| (i, ev))
@@ -232,7 +236,8 @@ fn sse_stream(
             }
             Event::Output(out) => {
                 let mut u = usage2.lock().unwrap_or_else(|e| e.into_inner());
-                completion_stream_choices(&state.tokenizer, &out, i, n, &mut u)
+                let names = TokenNames::new(&state.tokenizer, token_ids);
+                completion_stream_choices(names, &out, i, n, &mut u)
             }
         };
         sse_data(

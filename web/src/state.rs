@@ -42,6 +42,8 @@ pub struct ServerState {
     pub budget: Arc<Budget>,
     /// `GET /openapi.json` is served (`--disable-fastapi-docs` turns it off).
     pub openapi: bool,
+    /// `--return-tokens-as-token-ids`: requests' default for logprob token names.
+    pub token_ids: bool,
 }
 
 pub fn unix_now() -> u64 {
@@ -76,6 +78,7 @@ impl ServerState {
             reasoning_parser: None,
             model_aliases: Vec::new(),
             openapi: true,
+            token_ids: false,
             budget: Budget::new(
                 crate::budget::DEFAULT_BODY_MIB,
                 crate::budget::default_preparing(),
@@ -103,6 +106,19 @@ impl ServerState {
     pub fn with_openapi(mut self, on: bool) -> Self {
         self.openapi = on;
         self
+    }
+
+    /// Logprob tokens as `token_id:N` unless a request says otherwise (vLLM's
+    /// `--return-tokens-as-token-ids`).
+    pub fn with_token_ids(mut self, on: bool) -> Self {
+        self.token_ids = on;
+        self
+    }
+
+    /// Whether a request's logprob tokens are named `token_id:N`: its own
+    /// `return_tokens_as_token_ids`, else the server's.
+    pub fn token_ids(&self, asked: Option<bool>) -> bool {
+        asked.unwrap_or(self.token_ids)
     }
 
     /// Defaults for what requests leave out.

@@ -77,11 +77,6 @@ fn unsupported_fields_are_refused_by_name() {
             json!(["text", "audio"]),
         ),
         ("/v1/chat/completions", "functions", json!([{"name": "f"}])),
-        (
-            "/v1/chat/completions",
-            "return_tokens_as_token_ids",
-            json!(true),
-        ),
         ("/v1/chat/completions", "priority", json!(3)),
         ("/v1/chat/completions", "truncate_prompt_tokens", json!(0)),
         ("/v1/completions", "made_up_field", json!(1)),
@@ -218,4 +213,59 @@ fn chat_echo_and_prompt_logprobs() {
         v["usage"]["prompt_tokens"].as_u64().unwrap()
     );
     assert!(lps[0].is_null() && lps[1].is_object(), "{v}");
+}
+
+/// `return_tokens_as_token_ids`: every logprob token (and completions' `top_logprobs` keys)
+/// is `token_id:N` for the token the text-named reply shows, offsets count those names, and
+/// chat `bytes` stay the text's.
+#[test]
+fn logprob_tokens_as_token_ids() {
+    let id_of = |name: &str| -> u64 {
+        name.strip_prefix("token_id:")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name} is not token_id:N"))
+    };
+    let decode = |id: u64| -> String {
+        let (_, v) = post("/detokenize", &json!({"tokens": [id]}));
+        v["prompt"].as_str().unwrap().to_string()
+    };
+    let lp = json!({"logprobs": 2});
+    let (_, named) = post("/v1/completions", &completion(lp.clone()));
+    let mut extra = lp.clone();
+    extra["return_tokens_as_token_ids"] = json!(true);
+    let (status, ids) = post("/v1/completions", &completion(extra));
+    assert_eq!(status, 200, "{ids}");
+    let (named, ids) = (
+        &named["choices"][0]["logprobs"],
+        &ids["choices"][0]["logprobs"],
+    );
+    let tokens = ids["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), named["tokens"].as_array().unwrap().len());
+    let mut offset = 0;
+    for (i, t) in tokens.iter().enumerate() {
+        let name = t.as_str().unwrap();
+        assert_eq!(decode(id_of(name)), named["tokens"][i], "token {i}");
+        assert_eq!(ids["text_offset"][i], offset, "offset {i}");
+        offset += name.len();
+        for key in ids["top_logprobs"][i].as_object().unwrap().keys() {
+            id_of(key);
+        }
+    }
+    let mut extra = json!({"logprobs": true, "top_logprobs": 2});
+    extra["return_tokens_as_token_ids"] = json!(true);
+    let (status, v) = post("/v1/chat/completions", &chat(extra));
+    assert_eq!(status, 200, "{v}");
+    for entry in v["choices"][0]["logprobs"]["content"].as_array().unwrap() {
+        let text = decode(id_of(entry["token"].as_str().unwrap()));
+        let bytes: Vec<u8> = entry["bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect();
+        assert_eq!(bytes, text.as_bytes(), "{entry}");
+        for top in entry["top_logprobs"].as_array().unwrap() {
+            id_of(top["token"].as_str().unwrap());
+        }
+    }
 }

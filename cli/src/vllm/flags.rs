@@ -249,7 +249,7 @@ pub const FLAGS: &[VllmFlag] = &[
     f("--trust-request-chat-template", Switch, Refused("requests' chat templates are always refused; set the template with --chat-template")),
     f("--default-chat-template-kwargs", Value, Own),
     f("--response-role", Value, Values(&["assistant"], "replies are always the assistant's")),
-    f("--return-tokens-as-token-ids", Switch, Refused("logprob tokens come back as text")),
+    f("--return-tokens-as-token-ids", Switch, Own),
     f("--enable-auto-tool-choice", Switch, Own),
     f("--exclude-tools-when-tool-choice-none", Switch, Refused("tools are always shown to the template")),
     f("--tool-call-parser", Value, Own),

@@ -156,12 +156,6 @@ pub(crate) fn apply_common(
         )
         .param("stream_options"));
     }
-    if sampling.return_tokens_as_token_ids == Some(true) {
-        return Err(RequestError::bad_request(
-            "`return_tokens_as_token_ids` is not supported yet: logprob tokens come back as text",
-        )
-        .param("return_tokens_as_token_ids"));
-    }
     let constraint = structured.constraint()?;
     Ok(constraint.map(|(spec, param)| {
         params.structured_outputs = Some(spec);

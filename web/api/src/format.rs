@@ -117,11 +117,39 @@ fn piece(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id], false).unwrap_or_default()
 }
 
+/// How logprob entries name their tokens: by their text, or as `token_id:N` (vLLM's
+/// `return_tokens_as_token_ids`, for tokens whose text does not round-trip, as
+/// lm-evaluation-harness asks).
+#[derive(Clone, Copy)]
+pub struct TokenNames<'a> {
+    pub tok: &'a Tokenizer,
+    pub as_ids: bool,
+}
+
+impl<'a> TokenNames<'a> {
+    /// Tokens named by their text.
+    pub fn text(tok: &'a Tokenizer) -> Self {
+        TokenNames { tok, as_ids: false }
+    }
+
+    pub fn new(tok: &'a Tokenizer, as_ids: bool) -> Self {
+        TokenNames { tok, as_ids }
+    }
+
+    fn name(&self, id: u32) -> String {
+        if self.as_ids {
+            format!("token_id:{id}")
+        } else {
+            piece(self.tok, id)
+        }
+    }
+}
+
 /// OpenAI's legacy completion logprobs: tokens, their logprobs, top alternatives and text
 /// offsets. With `echo`, the prompt's tokens come first (the first has no logprob), as
 /// lm-evaluation-harness's loglikelihood requests read them.
 pub fn completion_logprobs(
-    tok: &Tokenizer,
+    names: TokenNames<'_>,
     prompt: &[Option<TokenLogprobs>],
     prompt_ids: &[u32],
     generated: &[TokenLogprobs],
@@ -129,7 +157,8 @@ pub fn completion_logprobs(
     let mut offset = 0;
     let (mut tokens, mut logprobs, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
     let mut push = |id: u32, lp: Option<&TokenLogprobs>| {
-        let text = piece(tok, id);
+        // Offsets count the names given (vLLM's, with token ids too).
+        let text = names.name(id);
         offsets.push(offset);
         offset += text.len();
         tokens.push(text);
@@ -138,7 +167,7 @@ pub fn completion_logprobs(
             let top: serde_json::Map<String, Value> = l
                 .top_logprobs
                 .iter()
-                .map(|t| (piece(tok, t.token_id), json!(t.logprob)))
+                .map(|t| (names.name(t.token_id), json!(t.logprob)))
                 .collect();
             Value::Object(top)
         });
@@ -153,11 +182,12 @@ pub fn completion_logprobs(
     json!({"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets})
 }
 
-/// OpenAI's chat logprobs: `{"content": [{token, logprob, bytes, top_logprobs}]}`.
-pub fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprobs]) -> Value {
+/// OpenAI's chat logprobs: `{"content": [{token, logprob, bytes, top_logprobs}]}`; `bytes`
+/// are the token text's whatever `names` calls it (as vLLM's).
+pub fn chat_logprobs(names: TokenNames<'_>, lps: &[TokenLogprobs]) -> Value {
     let entry = |id: u32, logprob: f32| {
-        let token = piece(tok, id);
-        json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()})
+        let text = piece(names.tok, id);
+        json!({"token": names.name(id), "logprob": logprob, "bytes": text.as_bytes()})
     };
     let content: Vec<Value> = lps
         .iter()
@@ -179,7 +209,7 @@ pub fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprobs]) -> Value {
 /// output for requests that only know their outputs at the end, `best_of > n`). Choice
 /// indices are `prompt_index * n + sequence index`.
 pub fn completion_stream_choices(
-    tok: &Tokenizer,
+    names: TokenNames<'_>,
     out: &RequestOutput,
     prompt_index: usize,
     n: usize,
@@ -209,7 +239,7 @@ pub fn completion_stream_choices(
             json!({
                 "index": base + d.index,
                 "text": d.text_delta,
-                "logprobs": (!d.logprobs.is_empty()).then(|| completion_logprobs(tok, &[], &[], &d.logprobs)),
+                "logprobs": (!d.logprobs.is_empty()).then(|| completion_logprobs(names, &[], &[], &d.logprobs)),
                 "finish_reason": d.finish_reason.map(finish_reason),
                 "stop_reason": d.stop_reason,
             })
@@ -245,7 +275,7 @@ pub fn chat_role_choices(n: usize, echo: &str) -> Vec<Value> {
 /// text (or logprobs), then a separate empty delta with the finish reason, as OpenAI sends
 /// them. Each choice goes in a chunk of its own.
 pub fn chat_stream_choices(
-    tok: &Tokenizer,
+    names: TokenNames<'_>,
     out: &RequestOutput,
     usage: &mut UsageCounter,
 ) -> Vec<Value> {
@@ -259,7 +289,7 @@ pub fn chat_stream_choices(
             choices.push(json!({
                 "index": d.index,
                 "delta": {"content": d.text_delta},
-                "logprobs": (!d.logprobs.is_empty()).then(|| chat_logprobs(tok, &d.logprobs)),
+                "logprobs": (!d.logprobs.is_empty()).then(|| chat_logprobs(names, &d.logprobs)),
                 "finish_reason": null,
             }));
         }
@@ -282,11 +312,11 @@ pub fn chat_stream_choices(
 }
 
 /// A finished chat choice.
-pub fn chat_choice(tok: &Tokenizer, o: &CompletionOutput) -> Value {
+pub fn chat_choice(names: TokenNames<'_>, o: &CompletionOutput) -> Value {
     json!({
         "index": o.index,
         "message": {"role": "assistant", "content": o.text},
-        "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(tok, l)),
+        "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(names, l)),
         "finish_reason": finish_reason(o.finish_reason),
         "stop_reason": o.stop_reason,
     })
@@ -335,7 +365,7 @@ pub struct CompletionChoice<'a> {
 
 impl CompletionChoice<'_> {
     /// The choice and its number of completion tokens.
-    pub fn build(&self, tok: &Tokenizer, mut o: CompletionOutput) -> (Value, usize) {
+    pub fn build(&self, names: TokenNames<'_>, mut o: CompletionOutput) -> (Value, usize) {
         if self.prompt_only {
             o.text.clear();
             o.token_ids.clear();
@@ -345,7 +375,7 @@ impl CompletionChoice<'_> {
         let logprobs = o
             .logprobs
             .as_ref()
-            .map(|lps| completion_logprobs(tok, prompt_lps, prompt_ids, lps));
+            .map(|lps| completion_logprobs(names, prompt_lps, prompt_ids, lps));
         let choice = json!({
             "index": self.prompt_index * self.n + o.index,
             "text": format!("{prompt_text}{}", o.text),
@@ -353,7 +383,7 @@ impl CompletionChoice<'_> {
             "finish_reason": if self.prompt_only { "length" } else { finish_reason(o.finish_reason) },
             // vLLM's: the stop string, or the stop token's id (null for EOS and length).
             "stop_reason": o.stop_reason,
-            "prompt_logprobs": self.prompt_logprobs.map(|lps| prompt_logprobs(tok, lps)),
+            "prompt_logprobs": self.prompt_logprobs.map(|lps| prompt_logprobs(names.tok, lps)),
         });
         (choice, o.token_ids.len())
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use infer_api::fields::parse_body;
 use infer_api::format::{
     completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, RunningUsage,
-    UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
+    TokenNames, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
 };
 use infer_api::prepare::{PreparedChat, Served};
 use infer_api::tools::{ChatReplies, ToolCallParser};
@@ -58,6 +58,8 @@ enum Kind {
         echo: bool,
         prompt_only: bool,
         prompt_logprobs: bool,
+        /// Logprob tokens as `token_id:N` (`return_tokens_as_token_ids`).
+        token_ids: bool,
     },
 }
 
@@ -186,7 +188,9 @@ impl Session {
                         req.sampling.continuous_usage(),
                     );
                     let reply = self.reply("chatcmpl", req.sampling.request_id.as_deref());
-                    let replies = ChatReplies::new(tools, &reply.id).with_echo(echo);
+                    let replies = ChatReplies::new(tools, &reply.id)
+                        .with_echo(echo)
+                        .with_token_ids(req.sampling.return_tokens_as_token_ids == Some(true));
                     (
                         reply,
                         Kind::Chat(Box::new(replies)),
@@ -205,6 +209,7 @@ impl Session {
                         echo: req.echo,
                         prompt_only: p.prompt_only,
                         prompt_logprobs: p.prompt_logprobs,
+                        token_ids: req.sampling.return_tokens_as_token_ids == Some(true),
                     };
                     let usage = (
                         req.sampling.include_usage(),
@@ -329,9 +334,15 @@ impl Session {
             let usage = a.running.as_ref().map(|r| r.usage(index));
             let (object, choices) = match &mut a.kind {
                 Kind::Chat(replies) => (CHAT_CHUNK, replies.stream_choices(&tok, &out)),
-                Kind::Completion { .. } => (
+                Kind::Completion { token_ids, .. } => (
                     COMPLETION,
-                    completion_stream_choices(&tok, &out, index, a.n, &mut a.usage),
+                    completion_stream_choices(
+                        TokenNames::new(&tok, *token_ids),
+                        &out,
+                        index,
+                        a.n,
+                        &mut a.usage,
+                    ),
                 ),
             };
             // Chat sends each choice in a chunk of its own, completions one chunk per output.
@@ -403,6 +414,7 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
             echo,
             prompt_only,
             prompt_logprobs,
+            token_ids,
         } => {
             for (i, f) in finished.into_iter().enumerate() {
                 let text = if *echo {
@@ -418,7 +430,7 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
                     prompt_logprobs: prompt_logprobs.then_some(&f.prompt_logprobs[..]),
                 };
                 for o in f.outputs {
-                    let (c, tokens) = choice.build(tok, o);
+                    let (c, tokens) = choice.build(TokenNames::new(tok, *token_ids), o);
                     completion_tokens += tokens;
                     choices.push(c);
                 }

@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 
 use super::stream::ToolStream;
 use super::ToolPlan;
-use crate::format::{chat_choice, chat_logprobs, chat_stream_choices, finish_reason, UsageCounter};
+use crate::format::{
+    chat_choice, chat_logprobs, chat_stream_choices, finish_reason, TokenNames, UsageCounter,
+};
 use crate::reasoning::{ReasoningParser, ReasoningStream};
 
 /// The replies of one chat request: its tool plan, each choice's reading so far, and usage.
@@ -26,6 +28,8 @@ pub struct ChatReplies {
     /// progress through it.
     reasoning: Option<ReasoningParser>,
     thinking: BTreeMap<usize, ReasoningStream>,
+    /// Logprob tokens as `token_id:N` (`return_tokens_as_token_ids`).
+    token_ids: bool,
 }
 
 impl ChatReplies {
@@ -39,7 +43,18 @@ impl ChatReplies {
             echo: None,
             reasoning: None,
             thinking: BTreeMap::new(),
+            token_ids: false,
         }
+    }
+
+    /// Logprob entries name their tokens `token_id:N` (vLLM's `return_tokens_as_token_ids`).
+    pub fn with_token_ids(mut self, token_ids: bool) -> Self {
+        self.token_ids = token_ids;
+        self
+    }
+
+    fn names<'t>(&self, tok: &'t Tokenizer) -> TokenNames<'t> {
+        TokenNames::new(tok, self.token_ids)
     }
 
     /// Replies carry reasoning apart from the answer (`reasoning_content`).
@@ -90,7 +105,7 @@ impl ChatReplies {
     /// A finished choice: `message.content` and `message.tool_calls`.
     fn reply_choice(&self, tok: &Tokenizer, o: &CompletionOutput) -> Value {
         let Some(plan) = &self.plan else {
-            return chat_choice(tok, o);
+            return chat_choice(self.names(tok), o);
         };
         let (content, calls, read) = self.fresh(plan, o.index).complete(&o.text);
         let mut message = json!({"role": "assistant", "content": content});
@@ -100,7 +115,7 @@ impl ChatReplies {
         json!({
             "index": o.index,
             "message": message,
-            "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(tok, l)),
+            "logprobs": o.logprobs.as_ref().map(|l| chat_logprobs(self.names(tok), l)),
             "finish_reason": read.finish_reason(finish_reason(o.finish_reason)),
             "stop_reason": o.stop_reason,
         })
@@ -144,7 +159,7 @@ impl ChatReplies {
     /// `stream_choices` of the answer alone.
     fn answer_choices(&mut self, tok: &Tokenizer, out: &RequestOutput) -> Vec<Value> {
         let Some(plan) = self.plan.clone() else {
-            return chat_stream_choices(tok, out, &mut self.usage);
+            return chat_stream_choices(self.names(tok), out, &mut self.usage);
         };
         if out.finished() {
             self.usage.add_prompt(out);
@@ -153,7 +168,8 @@ impl ChatReplies {
         let mut pieces: Vec<Piece> = Vec::new();
         for d in &out.deltas {
             self.usage.completion += d.new_token_ids.len();
-            let logprobs = (!d.logprobs.is_empty()).then(|| chat_logprobs(tok, &d.logprobs));
+            let names = self.names(tok);
+            let logprobs = (!d.logprobs.is_empty()).then(|| chat_logprobs(names, &d.logprobs));
             let reason = d
                 .finish_reason
                 .map(|r| (finish_reason(r), json!(d.stop_reason)));
