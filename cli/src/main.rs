@@ -5,6 +5,7 @@ mod engine_args;
 mod generate;
 mod model;
 mod parallel;
+mod pooling_args;
 mod prompts_file;
 mod sampling_args;
 mod serve;

@@ -53,6 +53,8 @@ pub struct ServeArgs {
     /// when the output opens `<think>`). Chat replies carry it in `reasoning_content`.
     #[arg(long, value_name = "PARSER")]
     pub reasoning_parser: Option<String>,
+    #[command(flatten)]
+    pub pooling: crate::pooling_args::PoolingArgs,
     /// No periodic engine line (vLLM's).
     #[arg(long)]
     pub disable_log_stats: bool,
@@ -324,6 +326,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let aliases: Vec<String> = args.served_model_name.iter().skip(1).cloned().collect();
     let defaults = request_defaults(&args)?;
     let http = http_options(&args);
+    let pooling = args
+        .pooling
+        .params(args.model.parallel.tensor_parallel_size)?;
+    if let Some(p) = pooling {
+        tracing::info!(
+            pooling = %p.pooling,
+            normalize = p.normalize,
+            "serving an embedding model: /v1/embeddings only"
+        );
+    }
     let reasoning = match args.reasoning_parser.as_deref() {
         None => None,
         Some(name) => Some(ReasoningParser::from_name(name).ok_or_else(|| {
@@ -378,8 +390,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
             engine.set_step_target(step_target);
             engine.set_seed(seed);
             engine.set_strict_json_schema(strict_schema);
-            if let Err(e) = engine.prepare_structured_outputs() {
-                tracing::warn!("structured outputs and tool choice will fail: {e}");
+            // A pooling server samples nothing: no grammars to prepare.
+            if pooling.is_none() {
+                if let Err(e) = engine.prepare_structured_outputs() {
+                    tracing::warn!("structured outputs and tool choice will fail: {e}");
+                }
             }
             let max_model_len = engine.config().max_model_len;
             Ok((engine, (tokenizer, backend, max_model_len)))
@@ -388,7 +403,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics.clone(),
     )
     .map_err(|e| anyhow!(e))?;
-    let parser = tool_parser(&args.tool_call_parser, tokenizer.chat_template());
+    let parser = match pooling {
+        None => tool_parser(&args.tool_call_parser, tokenizer.chat_template()),
+        Some(_) => None,
+    };
     let state = Arc::new(
         ServerState::new(
             engine,
@@ -406,7 +424,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_reasoning_parser(reasoning)
         .with_model_aliases(aliases)
         .with_openapi(!args.disable_fastapi_docs)
-        .with_token_ids(args.return_tokens_as_token_ids),
+        .with_token_ids(args.return_tokens_as_token_ids)
+        .with_pooling(pooling),
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

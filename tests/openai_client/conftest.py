@@ -40,7 +40,20 @@ def server():
         args = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(tp)] + args
         args += ["-tp", str(tp), "--threads", "1"]
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    proc, url = start(args, env)
+    yield url
+    # Under mpirun, rank 0 is the server: its SIGTERM shutdown releases the other ranks, and
+    # mpirun exits 0 once all have (mpirun itself exits 1 whenever it is signalled).
+    stop = rank0_pid(proc.pid) if tp > 1 else proc.pid
+    os.kill(stop, 15)
+    assert proc.wait(timeout=30) == 0, "infer serve did not exit cleanly on SIGTERM"
+
+
+def start(args, env=None):
+    """Starts `infer serve` with `args` and returns the process and its URL once it listens
+    (the suite stops, with the server's last lines, if it does not start)."""
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env=env or dict(os.environ, HF_HUB_OFFLINE="1"))
     url, seen = None, []
     for line in proc.stderr:
         seen.append(line)
@@ -52,12 +65,7 @@ def server():
         pytest.exit("infer serve did not start:\n" + "".join(seen[-20:]), 2)
     # Keep draining stderr so the server never blocks on a full pipe.
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-    yield url
-    # Under mpirun, rank 0 is the server: its SIGTERM shutdown releases the other ranks, and
-    # mpirun exits 0 once all have (mpirun itself exits 1 whenever it is signalled).
-    stop = rank0_pid(proc.pid) if tp > 1 else proc.pid
-    os.kill(stop, 15)
-    assert proc.wait(timeout=30) == 0, "infer serve did not exit cleanly on SIGTERM"
+    return proc, url
 
 
 def rank0_pid(launcher: int) -> int:

@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use infer_core::{
-    Engine, EngineStats, Executor, GrammarCompiler, GrammarMatcher, InferError, RequestOutput,
-    SamplingParams,
+    EmbedParams, Engine, EngineStats, Executor, GrammarCompiler, GrammarMatcher, InferError,
+    RequestOutput, SamplingParams,
 };
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
@@ -68,6 +68,8 @@ enum Command {
         requests: Vec<(Compiled, tmpsc::UnboundedSender<Event>)>,
         accepted: oneshot::Sender<Result<(), SubmitError>>,
     },
+    /// A pooling server's request: its inputs' embeddings.
+    Embed(crate::embed_batch::Embed),
     Stats(oneshot::Sender<EngineStats>),
     /// Finish nothing more: abort what is in flight and exit.
     Shutdown,
@@ -230,6 +232,23 @@ impl EngineHandle {
         }
     }
 
+    /// The embeddings of `inputs` (a pooling engine's work); requests that arrive together
+    /// with the same settings are computed as one batch.
+    pub async fn embed(
+        &self,
+        inputs: Vec<Vec<u32>>,
+        params: EmbedParams,
+    ) -> Result<Vec<Vec<f32>>, SubmitError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::Embed(crate::embed_batch::Embed {
+            inputs,
+            params,
+            reply,
+        });
+        self.commands.send(cmd).map_err(|_| SubmitError::Stopped)?;
+        Ok(rx.await.map_err(|_| SubmitError::Stopped)??)
+    }
+
     pub async fn stats(&self) -> Option<EngineStats> {
         let (tx, rx) = oneshot::channel();
         self.commands.send(Command::Stats(tx)).ok()?;
@@ -277,12 +296,19 @@ impl<E: Executor> Loop<E> {
                 }
             };
             let mut next = first;
+            let mut embeds = Vec::new();
             while let Some(cmd) = next {
-                if !self.handle(cmd) {
-                    return self.abort_all("the server is shutting down", true);
+                match cmd {
+                    Command::Embed(e) => embeds.push(e),
+                    cmd => {
+                        if !self.handle(cmd) {
+                            return self.abort_all("the server is shutting down", true);
+                        }
+                    }
                 }
                 next = rx.try_recv().ok();
             }
+            crate::embed_batch::run(&mut self.engine, embeds);
             self.drop_disconnected();
             if self.engine.has_unfinished() {
                 self.step();
@@ -312,6 +338,10 @@ impl<E: Executor> Loop<E> {
                         self.abort(&id);
                     }
                 }
+                true
+            }
+            Command::Embed(e) => {
+                crate::embed_batch::run(&mut self.engine, vec![e]);
                 true
             }
             Command::Stats(reply) => {

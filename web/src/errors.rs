@@ -35,6 +35,14 @@ impl ApiError {
         self
     }
 
+    /// Names `name` as the field at fault unless the error already names one.
+    pub fn param_if_unset(mut self, name: &str) -> Self {
+        if self.0.param.is_none() && self.0.status == 400 {
+            self.0.param = Some(name.to_string());
+        }
+        self
+    }
+
     pub fn code(mut self, code: &'static str) -> Self {
         self.0.code = Some(code);
         self

@@ -8,6 +8,8 @@ pub mod budget;
 mod chat;
 mod completions;
 pub mod cors;
+mod embed_batch;
+mod embeddings;
 pub mod engine_loop;
 pub mod errors;
 mod http_log;

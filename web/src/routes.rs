@@ -126,6 +126,7 @@ const KNOWN_API_PATHS: &[&str] = &[
     "/v1/completions",
     "/v1/chat/completions",
     "/v1/responses",
+    "/v1/embeddings",
     "/server_info",
     "/get_server_info",
     "/model_info",
@@ -141,6 +142,26 @@ fn known_path(path: &str) -> bool {
     KNOWN_API_PATHS.contains(&path)
         || PAGES.contains(&path)
         || UNDER.iter().any(|p| path.starts_with(p))
+}
+
+/// Lets a generation request through on a generating server; a pooling one (`--runner
+/// pooling`) answers it as vLLM does, with a 400 saying the model does not support `api`.
+fn generates(
+    state: &Arc<ServerState>,
+    api: &'static str,
+) -> impl Filter<Extract = (), Error = warp::Rejection> + Clone {
+    let pooling = state.pooling.is_some();
+    warp::any()
+        .and_then(move || async move {
+            if pooling {
+                Err(warp::reject::custom(ApiError::bad_request(format!(
+                    "The model does not support {api} API: this server runs it as an embedding model (--runner pooling); use /v1/embeddings"
+                ))))
+            } else {
+                Ok(())
+            }
+        })
+        .untuple_one()
 }
 
 pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(Response,)> {
@@ -195,23 +216,34 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
     let completions = warp::path!("v1" / "completions")
         .and(warp::post())
         .and(auth.clone())
+        .and(generates(&state, "Completions"))
         .and(with_state(state.clone()))
         .and(body::json::<CompletionRequest>(state.budget.clone()))
         .then(completions::handle);
     let chat = warp::path!("v1" / "chat" / "completions")
         .and(warp::post())
         .and(auth.clone())
+        .and(generates(&state, "Chat Completions"))
         .and(with_state(state.clone()))
         .and(body::json::<ChatRequest>(state.budget.clone()))
         .then(chat::handle);
     let responses = warp::path!("v1" / "responses")
         .and(warp::post())
         .and(auth.clone())
+        .and(generates(&state, "Responses"))
         .and(with_state(state.clone()))
         .and(body::json::<infer_api::responses::ResponsesRequest>(
             state.budget.clone(),
         ))
         .then(crate::responses::handle);
+    let embeddings = warp::path!("v1" / "embeddings")
+        .and(warp::post())
+        .and(auth.clone())
+        .and(with_state(state.clone()))
+        .and(body::json::<infer_api::embeddings::EmbeddingRequest>(
+            state.budget.clone(),
+        ))
+        .then(crate::embeddings::handle);
     // Behind the key too when one is set: tokenizing is work anyone could make the server do.
     let tokenize = tokenizer_route("tokenize", &state, &auth, |s, r: &TokenizeRequest| {
         s.tokenize(r)
@@ -273,6 +305,8 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .or(chat)
         .unify()
         .or(responses)
+        .unify()
+        .or(embeddings)
         .unify();
     // Without CORS configured, a preflight gets the methods and no CORS headers (the browser
     // then refuses the cross-origin call).

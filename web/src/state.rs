@@ -44,6 +44,9 @@ pub struct ServerState {
     pub openapi: bool,
     /// `--return-tokens-as-token-ids`: requests' default for logprob token names.
     pub token_ids: bool,
+    /// A pooling server (`--runner pooling`): `/v1/embeddings` with this pooling, and no
+    /// generation endpoints. `None`: a generating server.
+    pub pooling: Option<infer_core::EmbedParams>,
 }
 
 pub fn unix_now() -> u64 {
@@ -79,6 +82,7 @@ impl ServerState {
             model_aliases: Vec::new(),
             openapi: true,
             token_ids: false,
+            pooling: None,
             budget: Budget::new(
                 crate::budget::DEFAULT_BODY_MIB,
                 crate::budget::default_preparing(),
@@ -112,6 +116,12 @@ impl ServerState {
     /// `--return-tokens-as-token-ids`).
     pub fn with_token_ids(mut self, on: bool) -> Self {
         self.token_ids = on;
+        self
+    }
+
+    /// Serves embeddings with `pooling` instead of generating (vLLM's `--runner pooling`).
+    pub fn with_pooling(mut self, pooling: Option<infer_core::EmbedParams>) -> Self {
+        self.pooling = pooling;
         self
     }
 

@@ -41,6 +41,10 @@ fn sample(name: &str) -> &'static str {
         "--max-logprobs" => "50",
         "--reasoning-parser" => "deepseek_r1",
         "--max-cudagraph-capture-size" => "256",
+        "--runner" => "pooling",
+        "--convert" => "embed",
+        "--task" => "embed",
+        "--pooler-config" | "--override-pooler-config" => r#"{"pooling_type": "MEAN"}"#,
         other => panic!("no sample value for {other}"),
     }
 }

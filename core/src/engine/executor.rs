@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, PendingLogits, StepLogits};
 use crate::batch::BatchInput;
-use crate::error::Result;
+use crate::error::{InferError, Result};
 use crate::model::Model;
 use crate::scheduler::CacheOps;
+use crate::weights::HostTensor;
 
 pub trait Executor {
     /// Length of a logits row.
@@ -25,6 +26,14 @@ pub trait Executor {
     /// then frees blocks that have left it. `None` keeps every block.
     fn sliding_window(&self) -> Option<usize> {
         None
+    }
+    /// Runs `batch` and returns, on the host, the final-normed hidden states of the rows
+    /// `batch.logits_indices` names instead of logits (a pooling model's step).
+    fn hidden_rows(&mut self, _batch: &BatchInput) -> Result<HostTensor> {
+        Err(InferError::invalid(
+            "runner",
+            "this engine computes logits only; pooling needs a single-device model",
+        ))
     }
 }
 
@@ -44,6 +53,10 @@ impl Executor for Box<dyn Executor> {
 
     fn sliding_window(&self) -> Option<usize> {
         (**self).sliding_window()
+    }
+
+    fn hidden_rows(&mut self, batch: &BatchInput) -> Result<HostTensor> {
+        (**self).hidden_rows(batch)
     }
 }
 
@@ -125,5 +138,17 @@ impl<B: Backend> Executor for ModelExecutor<B> {
     fn sliding_window(&self) -> Option<usize> {
         let c = self.model.config();
         c.features.sliding_window.filter(|_| c.all_layers_slide())
+    }
+
+    fn hidden_rows(&mut self, batch: &BatchInput) -> Result<HostTensor> {
+        // A tensor-parallel worker's ranks would each need the same step.
+        if !self.logits || self.model.tensor_parallel().is_parallel() {
+            return Err(InferError::invalid(
+                "runner",
+                "pooling runs on one device (no tensor parallelism)",
+            ));
+        }
+        self.model
+            .forward_normed_rows(&self.backend, batch, &mut self.kv)
     }
 }

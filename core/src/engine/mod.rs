@@ -3,6 +3,7 @@
 
 mod admission;
 mod builder;
+mod embed;
 mod executor;
 #[cfg(test)]
 mod group_tests;

@@ -349,6 +349,23 @@ impl<B: Backend> Model<B> {
         })
     }
 
+    /// The final-normed hidden states of the rows `batch.logits_indices` names, copied to the
+    /// host: what a pooling (embedding) model gathers instead of logits. Runs eagerly (no
+    /// captured step), as prefill does.
+    pub fn forward_normed_rows(
+        &self,
+        backend: &B,
+        batch: &BatchInput,
+        kv: &mut B::KvCache,
+    ) -> Result<HostTensor> {
+        self.check_batch(batch)?;
+        let meta = backend.upload_batch(batch)?;
+        let x = self.layers_forward(backend, &meta, kv)?;
+        let rows = backend.gather_logit_rows(&x, &meta)?;
+        let normed = backend.rms_norm(&rows, &self.final_norm, self.config.rms_norm_eps)?;
+        backend.to_host(&normed)
+    }
+
     /// Every layer of one step, without the logits: the hidden states `[num_tokens, hidden]`
     /// (all a tensor-parallel worker computes; it leaves sampling to rank 0).
     pub fn forward_hidden(

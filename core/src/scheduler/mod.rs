@@ -221,6 +221,12 @@ impl Scheduler {
         &self.blocks
     }
 
+    /// For blocks the scheduler does not track: an embedding's prompt borrows them for its
+    /// prefill and returns them before any step of its own.
+    pub(crate) fn block_manager_mut(&mut self) -> &mut BlockManager {
+        &mut self.blocks
+    }
+
     pub fn num_waiting(&self) -> usize {
         self.waiting.len()
     }

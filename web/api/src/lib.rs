@@ -4,6 +4,7 @@
 //! gets the same objects from either.
 
 pub mod defaults;
+pub mod embeddings;
 pub mod fields;
 pub mod format;
 pub mod openapi;

@@ -6,6 +6,7 @@ use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
 
+use crate::embeddings::EmbeddingRequest;
 use crate::responses::ResponsesRequest;
 use crate::types::{ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest};
 
@@ -65,6 +66,12 @@ pub fn document(version: &str) -> Value {
             "OpenAI's Responses API, stateless",
             schema_ref::<ResponsesRequest>(&mut generator),
             true,
+        ),
+        post(
+            "/v1/embeddings",
+            "Embeddings of inputs (a server started with --runner pooling)",
+            schema_ref::<EmbeddingRequest>(&mut generator),
+            false,
         ),
         post(
             "/tokenize",

@@ -488,7 +488,11 @@ impl Served<'_> {
 
     /// vLLM's `truncate_prompt_tokens`: the prompt's last `keep` tokens (-1: as many as the
     /// context holds).
-    fn truncate(&self, prompt: &mut Vec<u32>, keep: Option<i64>) -> Result<(), RequestError> {
+    pub(crate) fn truncate(
+        &self,
+        prompt: &mut Vec<u32>,
+        keep: Option<i64>,
+    ) -> Result<(), RequestError> {
         let bad = |m: String| Err(RequestError::bad_request(m).param("truncate_prompt_tokens"));
         let keep = match keep {
             None => return Ok(()),
