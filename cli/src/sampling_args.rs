@@ -142,6 +142,7 @@ impl SamplingArgs {
             allowed_token_ids: (!self.allowed_token_ids.is_empty())
                 .then(|| self.allowed_token_ids.clone()),
             priority: 0,
+            cache_salt: None,
             skip_special_tokens: !self.keep_special_tokens,
             logprobs: self.logprobs,
             prompt_logprobs: self.prompt_logprobs,

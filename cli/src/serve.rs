@@ -55,6 +55,10 @@ pub struct ServeArgs {
     pub reasoning_parser: Option<String>,
     #[command(flatten)]
     pub pooling: crate::pooling_args::PoolingArgs,
+    /// Render chat requests that bring their own `chat_template` with it (vLLM's; by
+    /// default such requests are refused: a template is code the server runs).
+    #[arg(long)]
+    pub trust_request_chat_template: bool,
     /// No periodic engine line (vLLM's).
     #[arg(long)]
     pub disable_log_stats: bool,
@@ -360,7 +364,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let limits = ChatLimits {
         max_messages: args.max_chat_messages.max(1),
         max_tools: args.max_tools,
+        request_templates: args.trust_request_chat_template,
     };
+    if args.trust_request_chat_template {
+        tracing::warn!(
+            "--trust-request-chat-template: requests may bring chat templates, which this server runs (bounded in size, time and output)"
+        );
+    }
     let budget = Budget::new(
         args.max_body_memory_mib,
         args.max_tokenizing_requests

@@ -59,12 +59,59 @@ fn no_op_fields_are_accepted_by_policy() {
     }
 }
 
+/// `cache_salt`: a prompt's cached blocks serve only requests with the same salt, on both
+/// endpoints; an empty salt is refused by name.
+#[test]
+fn cache_salt_partitions_the_prefix_cache() {
+    // Long enough for several full 16-token blocks, and unlike any other test's prompt.
+    let prompt = "Salted caches: a tenant's prompt blocks are shared with requests carrying \
+                  the same salt and no others, so the time to first token says nothing about \
+                  what other tenants have asked the server before this request arrived.";
+    let cached = |salt: Value| {
+        let mut body = json!({"prompt": prompt, "max_tokens": 1});
+        if !salt.is_null() {
+            body["cache_salt"] = salt;
+        }
+        let (status, v) = post("/v1/completions", &body);
+        assert_eq!(status, 200, "{v}");
+        v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(cached(json!("tenant-a")), 0);
+    assert_eq!(
+        cached(Value::Null),
+        0,
+        "an unsalted request hit a salted prompt"
+    );
+    assert_eq!(
+        cached(json!("tenant-b")),
+        0,
+        "another salt hit tenant-a's prompt"
+    );
+    assert!(cached(json!("tenant-a")) >= 16, "the same salt missed");
+    assert!(cached(Value::Null) >= 16, "the unsalted chain missed");
+    let messages = json!([{"role": "user", "content": prompt}]);
+    let chat_cached = |salt: &str| {
+        let body = json!({"messages": messages, "max_tokens": 1, "cache_salt": salt});
+        let (status, v) = post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{v}");
+        v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(chat_cached("tenant-c"), 0);
+    assert!(chat_cached("tenant-c") >= 16);
+    let (status, v) = post("/v1/completions", &completion(json!({"cache_salt": ""})));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "cache_salt", "{v}");
+}
+
 /// Fields that would change the result but are not supported: a 400 naming them.
 #[test]
 fn unsupported_fields_are_refused_by_name() {
     for (path, field, value) in [
         ("/v1/completions", "suffix", json!(" end")),
-        ("/v1/completions", "cache_salt", json!("tenant-a")),
         (
             "/v1/chat/completions",
             "chat_template",

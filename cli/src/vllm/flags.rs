@@ -246,7 +246,7 @@ pub const FLAGS: &[VllmFlag] = &[
     f("--lora-modules", Value, Refused(NO_LORA)),
     f("--chat-template", Value, Own),
     f("--chat-template-content-format", Value, Values(&["auto", "string"], "message parts are joined into a string for the template")),
-    f("--trust-request-chat-template", Switch, Refused("requests' chat templates are always refused; set the template with --chat-template")),
+    f("--trust-request-chat-template", Switch, Own),
     f("--default-chat-template-kwargs", Value, Own),
     f("--response-role", Value, Values(&["assistant"], "replies are always the assistant's")),
     f("--return-tokens-as-token-ids", Switch, Own),

@@ -51,6 +51,7 @@ impl BlockManager {
         Ok(PrefixHit {
             blocks: s.table[..num_blocks].to_vec(),
             hashes: s.hashes[..num_blocks.min(s.hashes.len())].to_vec(),
+            root: s.root,
         })
     }
 

@@ -57,6 +57,8 @@ struct SeqBlocks {
     on_host: bool,
     /// Hashes of the leading full blocks (prefix caching on).
     hashes: Vec<BlockHash>,
+    /// The first block's parent in the hash chain: its request's `cache_salt_root`.
+    root: Option<BlockHash>,
 }
 
 impl SeqBlocks {
@@ -71,12 +73,32 @@ impl SeqBlocks {
 pub struct PrefixHit {
     pub blocks: Vec<BlockId>,
     hashes: Vec<BlockHash>,
+    /// The chain's root (`cache_salt_root`), kept by the sequence allocated from the hit.
+    root: Option<BlockHash>,
 }
 
 impl PrefixHit {
+    /// No cached blocks, for a sequence whose chain starts at `root`.
+    pub fn none(root: Option<BlockHash>) -> Self {
+        PrefixHit {
+            root,
+            ..PrefixHit::default()
+        }
+    }
+
     pub fn num_blocks(&self) -> usize {
         self.blocks.len()
     }
+}
+
+/// The root of a salted request's hash chain (vLLM's `cache_salt`): its first block's parent,
+/// so its blocks match only those of requests with the same salt (a cache key compares the
+/// parent as well as the tokens).
+pub fn cache_salt_root(salt: &str) -> BlockHash {
+    let mut h = DefaultHasher::new();
+    "cache_salt".hash(&mut h);
+    salt.hash(&mut h);
+    h.finish()
 }
 
 fn chain_hash(parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
@@ -214,14 +236,14 @@ impl BlockManager {
 
     /// The cached blocks matching the start of `tokens`, at most `(len - 1) / block_size` of
     /// them: the last token is always computed, since its logits are needed.
-    pub fn find_cached_prefix(&self, tokens: &[u32]) -> PrefixHit {
-        let mut hit = PrefixHit::default();
+    pub fn find_cached_prefix(&self, tokens: &[u32], root: Option<BlockHash>) -> PrefixHit {
+        let mut hit = PrefixHit::none(root);
         if !self.prefix_caching {
             return hit;
         }
         let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
         for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
-            let parent = hit.hashes.last().copied();
+            let parent = hit.hashes.last().copied().or(root);
             let key = CacheKey {
                 hash: chain_hash(parent, chunk),
                 parent,
@@ -292,6 +314,7 @@ impl BlockManager {
             released: 0,
             on_host: false,
             hashes: hit.hashes,
+            root: hit.root,
         };
         // Cannot run out: `can_allocate` counted these blocks.
         grow(
@@ -474,7 +497,7 @@ fn register_full_blocks(
     }
     for i in s.hashes.len()..num_tokens / block_size {
         let chunk = &tokens[i * block_size..(i + 1) * block_size];
-        let parent = s.hashes.last().copied();
+        let parent = s.hashes.last().copied().or(s.root);
         let hash = chain_hash(parent, chunk);
         let key = CacheKey {
             hash,

@@ -5,7 +5,7 @@ fn toks(range: std::ops::Range<u32>) -> Vec<u32> {
 }
 
 fn alloc(bm: &mut BlockManager, seq: SeqId, tokens: &[u32]) -> usize {
-    let hit = bm.find_cached_prefix(tokens);
+    let hit = bm.find_cached_prefix(tokens, None);
     let n = hit.num_blocks();
     bm.allocate(seq, hit, tokens, tokens.len()).unwrap();
     bm.check_invariants().unwrap();
@@ -115,8 +115,8 @@ fn freed_cached_blocks_are_evicted_lru_chain_ends_first() {
     assert_eq!(bm.block_table(4).unwrap(), [2, 4]);
     assert_eq!(bm.eviction_order(), [3]);
     // The evicted chain end is gone from the cache; its surviving parent still hits.
-    assert_eq!(bm.find_cached_prefix(&toks(0..13)).blocks, [0, 1]);
-    assert_eq!(bm.find_cached_prefix(&toks(100..109)).blocks, [3]);
+    assert_eq!(bm.find_cached_prefix(&toks(0..13), None).blocks, [0, 1]);
+    assert_eq!(bm.find_cached_prefix(&toks(100..109), None).blocks, [3]);
     bm.check_invariants().unwrap();
 }
 
@@ -173,4 +173,38 @@ fn invariant_check_catches_a_leak() {
     alloc(&mut bm, 1, &toks(0..5));
     bm.device.incref(0);
     assert!(bm.check_invariants().is_err());
+}
+
+#[test]
+fn salted_chains_hit_only_their_own_salt() {
+    let mut bm = BlockManager::new(4, 32, 0, true);
+    let prompt = toks(0..13);
+    let (a, b) = (
+        Some(cache_salt_root("tenant-a")),
+        Some(cache_salt_root("tenant-b")),
+    );
+    let salted = |bm: &mut BlockManager, seq: SeqId, root| {
+        let hit = bm.find_cached_prefix(&prompt, root);
+        let n = hit.num_blocks();
+        bm.allocate(seq, hit, &prompt, prompt.len()).unwrap();
+        bm.check_invariants().unwrap();
+        n
+    };
+    assert_eq!(salted(&mut bm, 1, a), 0);
+    // The same prompt: no hit unsalted or under another salt, all of it under the same.
+    assert_eq!(bm.find_cached_prefix(&prompt, None).num_blocks(), 0);
+    assert_eq!(bm.find_cached_prefix(&prompt, b).num_blocks(), 0);
+    assert_eq!(salted(&mut bm, 2, a), 3);
+    // An unsalted copy caches a chain of its own, which salted prompts do not see.
+    assert_eq!(alloc(&mut bm, 3, &prompt), 0);
+    assert_eq!(alloc(&mut bm, 4, &prompt), 3);
+    assert_eq!(salted(&mut bm, 5, b), 0);
+    let first3 = |bm: &BlockManager, seq| bm.block_table(seq).unwrap()[..3].to_vec();
+    assert_eq!(first3(&bm, 4), first3(&bm, 3));
+    assert_eq!(first3(&bm, 2), first3(&bm, 1));
+    assert_ne!(first3(&bm, 3), first3(&bm, 1));
+    assert_ne!(first3(&bm, 5), first3(&bm, 1));
+    // A group member sharing the first one's blocks keeps the salt for the blocks it fills.
+    let shared = bm.shared_prefix(1, 3).unwrap();
+    assert_eq!(shared.root, a);
 }

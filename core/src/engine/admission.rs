@@ -97,6 +97,10 @@ impl<E: Executor> Engine<E> {
         let mut state = SeqState::new(seq, tokens.clone());
         state.group_size = params.best_of();
         state.priority = params.priority;
+        state.cache_root = params
+            .cache_salt
+            .as_deref()
+            .map(crate::block_manager::cache_salt_root);
         if params.prompt_logprobs.is_some() {
             state.all_logits_until = tokens.len();
         }

@@ -73,6 +73,9 @@ pub struct SamplingParams {
     /// Scheduling priority, lower first (vLLM's `priority`); an engine takes values other
     /// than 0 only when it schedules by priority (`Engine::set_priority_scheduling`).
     pub priority: i64,
+    /// vLLM's `cache_salt`: the request's prompt blocks are cached, and found, only among
+    /// requests with the same salt (one tenant cannot probe another's prompts by timing).
+    pub cache_salt: Option<String>,
 }
 
 impl Default for SamplingParams {
@@ -105,6 +108,7 @@ impl Default for SamplingParams {
             early_stopping: false,
             structured_outputs: None,
             priority: 0,
+            cache_salt: None,
         }
     }
 }
@@ -171,6 +175,12 @@ impl SamplingParams {
         }
         if self.n == 0 {
             return Err(InferError::invalid("n", "must be at least 1"));
+        }
+        if self.cache_salt.as_deref() == Some("") {
+            return Err(InferError::invalid(
+                "cache_salt",
+                "must be a non-empty string when given",
+            ));
         }
         if self.best_of() < self.n {
             return Err(InferError::invalid(

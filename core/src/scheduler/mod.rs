@@ -90,6 +90,9 @@ pub struct SeqState {
     /// Proposed next tokens (speculative decoding), verified in the next step after the
     /// known ones; empty unless the sequence is decoding.
     pub spec: Vec<u32>,
+    /// Where its prompt's prefix-cache chain starts (`cache_salt_root` of its request's
+    /// salt; `None`: the unsalted chain).
+    pub cache_root: Option<crate::block_manager::BlockHash>,
 }
 
 impl SeqState {
@@ -102,6 +105,7 @@ impl SeqState {
             group_size: 1,
             all_logits_until: 0,
             spec: Vec::new(),
+            cache_root: None,
         }
     }
 }

@@ -195,9 +195,9 @@ impl Scheduler {
         let (hit, shared_blocks) = match leader {
             None => {
                 let hit = if s.all_logits_until > 0 {
-                    PrefixHit::default()
+                    PrefixHit::none(s.cache_root)
                 } else {
-                    self.blocks.find_cached_prefix(&s.tokens)
+                    self.blocks.find_cached_prefix(&s.tokens, s.cache_root)
                 };
                 let n = hit.num_blocks();
                 (Some(hit), n)
@@ -240,7 +240,7 @@ impl Scheduler {
                 hit
             }
             (None, Some(l)) => self.blocks.shared_prefix(l, shared_blocks)?,
-            (None, None) => PrefixHit::default(),
+            (None, None) => PrefixHit::none(self.seqs[&id].0.cache_root),
         };
         let tokens = &self.seqs[&id].0.tokens;
         self.blocks

@@ -200,11 +200,35 @@ impl Tokenizer {
         kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let template = self.chat_template.as_deref().ok_or_else(|| {
-            InferError::ChatTemplate(
-                "the model has no chat template; drop --chat to use the prompt verbatim".into(),
-            )
-        })?;
+        self.apply_chat_template_from(None, messages, tools, kwargs, add_generation_prompt)
+    }
+
+    /// As `apply_chat_template_with`, rendering `template` instead of the model's when given
+    /// (a request's own, which vLLM takes with `--trust-request-chat-template`); the model's
+    /// size bound applies to it, and every render is bounded in time and output.
+    pub fn apply_chat_template_from(
+        &self,
+        template: Option<&str>,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let template = match template {
+            Some(t) if t.len() > chat::MAX_TEMPLATE_BYTES => {
+                return Err(InferError::ChatTemplate(format!(
+                    "the chat template is {} bytes, more than the {} any real one needs",
+                    t.len(),
+                    chat::MAX_TEMPLATE_BYTES
+                )))
+            }
+            Some(t) => t,
+            None => self.chat_template.as_deref().ok_or_else(|| {
+                InferError::ChatTemplate(
+                    "the model has no chat template; drop --chat to use the prompt verbatim".into(),
+                )
+            })?,
+        };
         chat::render(
             template,
             messages,

@@ -82,15 +82,20 @@ fn is_router_default(key: &str, value: &Value) -> bool {
 /// Fields refused with a reason of their own (they change the result, and infer does not do
 /// what they ask); any other unknown field gets the generic refusal.
 const REFUSED_FIELDS: &[(&str, &str)] = &[
-    (
-        "cache_salt",
-        "the prefix cache is not partitioned by salt here; leave it out, or start the server with --no-enable-prefix-caching",
-    ),
     ("suffix", "insertion (fill-in-the-middle) is not supported"),
-    ("functions", "use `tools` (OpenAI's replacement for `functions`)"),
-    ("function_call", "use `tool_choice` (OpenAI's replacement for `function_call`)"),
+    (
+        "functions",
+        "use `tools` (OpenAI's replacement for `functions`)",
+    ),
+    (
+        "function_call",
+        "use `tool_choice` (OpenAI's replacement for `function_call`)",
+    ),
     ("audio", "the served model takes and writes text only"),
-    ("logits_processors", "custom logits processors cannot be loaded per request"),
+    (
+        "logits_processors",
+        "custom logits processors cannot be loaded per request",
+    ),
 ];
 
 /// What the policy makes of an unknown field: a no-op (`Ok`), or the refusal's reason.

@@ -156,6 +156,9 @@ pub struct ChatLimits {
     pub max_messages: usize,
     /// `tools` per request (`--max-tools`; OpenAI allows 128).
     pub max_tools: usize,
+    /// A request may bring its own `chat_template` (vLLM's `--trust-request-chat-template`:
+    /// the server then runs the request's template code, bounded as the model's is).
+    pub request_templates: bool,
 }
 
 impl Default for ChatLimits {
@@ -163,6 +166,7 @@ impl Default for ChatLimits {
         ChatLimits {
             max_messages: 2048,
             max_tools: 256,
+            request_templates: false,
         }
     }
 }
@@ -407,10 +411,10 @@ impl Served<'_> {
             return Err(RequestError::bad_request("`messages` is empty").param("messages"));
         }
         self.check_chat_size(&req.messages, req.tools.as_deref())?;
-        if req.chat_template.is_some() {
+        if req.chat_template.is_some() && !self.limits.request_templates {
             // vLLM's default too: a template is code the server runs.
             return Err(RequestError::bad_request(
-                "this server does not take chat templates from requests; it renders with the model's (or --chat-template)",
+                "this server does not take chat templates from requests (start it with --trust-request-chat-template to allow them); it renders with the model's (or --chat-template)",
             )
             .param("chat_template"));
         }
@@ -422,6 +426,7 @@ impl Served<'_> {
             self.tool_parser,
         )?;
         let text = self.render(
+            req.chat_template.as_deref(),
             chat_messages(&req.messages)?,
             tools.shown.as_ref(),
             kwargs.as_ref(),
@@ -515,17 +520,18 @@ impl Served<'_> {
     /// The prompt text: the template with a new assistant turn opened, or (vLLM's
     /// `continue_final_message`) cut right after the last message so the reply continues it.
     /// `tools` go to the template, or into the messages for a template that does not take them.
+    /// `template` is the request's own (`None`: the model's).
     pub(crate) fn render(
         &self,
+        template: Option<&str>,
         messages: Vec<ChatMessage>,
         tools: Option<&serde_json::Value>,
         kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
         add_generation_prompt: Option<bool>,
         continue_final_message: bool,
     ) -> Result<String, RequestError> {
-        let takes_tools = self
-            .tokenizer
-            .chat_template()
+        let takes_tools = template
+            .or(self.tokenizer.chat_template())
             .is_some_and(infer_core::template_takes_tools);
         let (messages, tools) = if takes_tools {
             (messages, tools)
@@ -535,13 +541,17 @@ impl Served<'_> {
         };
         let template = |open: bool| {
             self.tokenizer
-                .apply_chat_template_with(&messages, tools, kwargs, open)
-                .map_err(|e| match (e, kwargs) {
-                    // A template that fails on the request's variables names the field.
-                    (e @ infer_core::InferError::ChatTemplate(_), Some(_)) => {
+                .apply_chat_template_from(template, &messages, tools, kwargs, open)
+                .map_err(|e| match (e, template, kwargs) {
+                    // A request's own template that fails names it; the model's, when it
+                    // fails on the request's variables, names them.
+                    (e @ infer_core::InferError::ChatTemplate(_), Some(_), _) => {
+                        RequestError::bad_request(e.to_string()).param("chat_template")
+                    }
+                    (e @ infer_core::InferError::ChatTemplate(_), None, Some(_)) => {
                         RequestError::bad_request(e.to_string()).param("chat_template_kwargs")
                     }
-                    (e, _) => e.into(),
+                    (e, _, _) => e.into(),
                 })
         };
         if !continue_final_message {

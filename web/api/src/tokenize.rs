@@ -38,6 +38,7 @@ impl Served<'_> {
                     _ => None,
                 };
                 let text = self.render(
+                    None,
                     messages,
                     tools.as_ref(),
                     req.chat_template_kwargs.as_ref(),

@@ -94,6 +94,8 @@ pub struct SamplingFields {
     pub truncate_prompt_tokens: Option<i64>,
     /// vLLM: scheduling priority, lower first (needs `--scheduling-policy priority` unless 0).
     pub priority: Option<i64>,
+    /// vLLM: the prompt's blocks are cached and found only among requests with the same salt.
+    pub cache_salt: Option<String>,
     /// vLLM: the id the request runs under; the reply's `id` is the endpoint's prefix + it.
     pub request_id: Option<String>,
     /// vLLM: logprob tokens as `token_id:ID` instead of their text.
@@ -188,6 +190,7 @@ impl SamplingFields {
             bad_words: self.bad_words.clone().unwrap_or_default(),
             include_stop_str_in_output: self.include_stop_str_in_output.unwrap_or(false),
             priority: self.priority.unwrap_or(0),
+            cache_salt: self.cache_salt.clone(),
             logprobs,
             ..d
         })
@@ -287,7 +290,8 @@ pub struct ChatRequest {
     /// OpenAI's reasoning effort, handed to the template as `reasoning_effort` (as vLLM:
     /// gpt-oss templates read it).
     pub reasoning_effort: Option<String>,
-    /// vLLM: a template for this request only (refused: see `Served::chat`).
+    /// vLLM: a template for this request only (refused unless the server runs with
+    /// `--trust-request-chat-template`).
     pub chat_template: Option<String>,
     /// vLLM: the reply's content starts with the last message's, when the reply continues
     /// it (same role: `continue_final_message`).
