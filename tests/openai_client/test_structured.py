@@ -118,7 +118,6 @@ UNSUPPORTED_CHAT = {
     "frobnicate": 1,
 }
 UNSUPPORTED_COMPLETIONS = {"suffix": "x", "frobnicate": 1}
-UNSUPPORTED_COMPLETIONS["cache_salt"] = "tenant-a"
 # Fields that cannot change the output: accepted (docs/vllm.md has the policy).
 IGNORED = {"user": "u-1", "store": False, "metadata": {"k": "v"}, "service_tier": "auto",
            "prediction": {"type": "content", "content": "x"}, "audio": None,
@@ -205,6 +204,23 @@ def test_model_card_and_tokenizer_info(client, server):
     assert info["eos_token"] == "<|im_end|>"
     assert "{% for message in messages %}" in info["chat_template"]
     assert info["model_max_length"] > 0
+
+
+def test_cache_salt_partitions_the_prefix_cache(client):
+    # Unlike every other prompt of the suite, and several 16-token blocks long.
+    prompt = "A salted tenant's prompt blocks are shared only with its own requests. " * 4
+
+    def cached(**extra):
+        r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, extra_body=extra)
+        return r.usage.prompt_tokens_details.cached_tokens
+
+    assert cached(cache_salt="tenant-a") == 0
+    assert cached() == 0
+    assert cached(cache_salt="tenant-b") == 0
+    assert cached(cache_salt="tenant-a") >= 16
+    assert cached() >= 16
+    expect(openai.BadRequestError, 400, lambda: client.completions.create(
+        model=MODEL, prompt="x", max_tokens=1, extra_body={"cache_salt": ""}), "cache_salt")
 
 
 def test_vllm_metric_names_and_cached_tokens(client, server):
