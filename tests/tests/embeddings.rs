@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use infer_core::scheduler::{PreemptionMode, SchedulerConfig};
-use infer_core::{EmbedParams, Engine, EngineOptions, Executor, InferError, PoolingType};
+use infer_core::scheduler::PreemptionMode;
+use infer_core::{EmbedParams, Engine, Executor, InferError, PoolingType};
 use infer_cpu::CpuBackend;
-use infer_tests::conformance::families::{families_dir, load_family, FamilyFormat};
+use infer_tests::conformance::families::{
+    families_dir, load_family, tiny_engine_options, FamilyFormat,
+};
 use serde::Deserialize;
 
 /// f32 against float64 over two layers.
@@ -66,21 +68,7 @@ fn engine(
     let files = infer_core::open_model(families_dir().join(dir).to_str().unwrap()).unwrap();
     let backend = CpuBackend::new();
     let model = Arc::new(load_family(&backend, &files, &case.name));
-    let options = EngineOptions {
-        block_size: 4,
-        num_kv_blocks: Some(blocks),
-        kv_cache_bytes: 0,
-        kv_cache_bytes_exact: false,
-        gpu_memory_utilization: 0.9,
-        swap_bytes: 0,
-        scheduler: SchedulerConfig {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: budget,
-            preemption_mode: PreemptionMode::Recompute,
-        },
-        prefix_caching: true,
-    };
-    options
+    tiny_engine_options(blocks, budget, seqs, PreemptionMode::Recompute)
         .build(backend, model, None, false, None, None)
         .unwrap()
 }

@@ -54,12 +54,7 @@ pub const MAX_RENDERED_BYTES: usize = 64 << 20;
 /// within the fuel budget (a template that loops forever), as a `ChatTemplate` error. A
 /// template that raises for the sample conversation is accepted: it may want other roles.
 pub(super) fn check(template: &str) -> Result<()> {
-    if template.len() > MAX_TEMPLATE_BYTES {
-        return Err(InferError::ChatTemplate(format!(
-            "the chat template is {} bytes, more than the {MAX_TEMPLATE_BYTES} any real one needs",
-            template.len()
-        )));
-    }
+    check_size(template)?;
     let mut env = Environment::new();
     env.add_template("chat", template)
         .map_err(|e| InferError::ChatTemplate(format!("{e:#}")))?;
@@ -77,6 +72,17 @@ pub(super) fn check(template: &str) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// A template over `MAX_TEMPLATE_BYTES`, as a `ChatTemplate` error.
+pub(super) fn check_size(template: &str) -> Result<()> {
+    if template.len() > MAX_TEMPLATE_BYTES {
+        return Err(InferError::ChatTemplate(format!(
+            "the chat template is {} bytes, more than the {MAX_TEMPLATE_BYTES} any real one needs",
+            template.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Marks the errors of a render that ran out of its budget (fuel or output size).

@@ -215,14 +215,10 @@ impl Tokenizer {
         add_generation_prompt: bool,
     ) -> Result<String> {
         let template = match template {
-            Some(t) if t.len() > chat::MAX_TEMPLATE_BYTES => {
-                return Err(InferError::ChatTemplate(format!(
-                    "the chat template is {} bytes, more than the {} any real one needs",
-                    t.len(),
-                    chat::MAX_TEMPLATE_BYTES
-                )))
+            Some(t) => {
+                chat::check_size(t)?;
+                t
             }
-            Some(t) => t,
             None => self.chat_template.as_deref().ok_or_else(|| {
                 InferError::ChatTemplate(
                     "the model has no chat template; drop --chat to use the prompt verbatim".into(),

@@ -144,22 +144,7 @@ pub fn engine_greedy<B: Backend + Clone + 'static>(
     blocks: usize,
     mode: PreemptionMode,
 ) -> (Vec<Vec<u32>>, EngineStats) {
-    let options = EngineOptions {
-        block_size: 4,
-        num_kv_blocks: Some(blocks),
-        kv_cache_bytes: 0,
-        kv_cache_bytes_exact: false,
-        gpu_memory_utilization: 0.9,
-        // Room to swap every request out.
-        swap_bytes: 1 << 22,
-        scheduler: SchedulerConfig {
-            max_num_seqs: 6,
-            max_num_batched_tokens: 16,
-            preemption_mode: mode,
-        },
-        prefix_caching: true,
-    };
-    let mut engine = options
+    let mut engine = tiny_engine_options(blocks, 16, 6, mode)
         .build(backend, model, None, false, None, None)
         .unwrap();
     let params = SamplingParams {
@@ -175,6 +160,30 @@ pub fn engine_greedy<B: Backend + Clone + 'static>(
         .collect();
     engine.scheduler().check_invariants().unwrap();
     (out, engine.stats())
+}
+
+/// Engine options for the tiny models: `blocks` KV blocks of 4 tokens, `budget` tokens and
+/// `seqs` sequences a step, prefix caching on, room to swap every request out.
+pub fn tiny_engine_options(
+    blocks: usize,
+    budget: usize,
+    seqs: usize,
+    mode: PreemptionMode,
+) -> EngineOptions {
+    EngineOptions {
+        block_size: 4,
+        num_kv_blocks: Some(blocks),
+        kv_cache_bytes: 0,
+        kv_cache_bytes_exact: false,
+        gpu_memory_utilization: 0.9,
+        swap_bytes: 1 << 22,
+        scheduler: SchedulerConfig {
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            preemption_mode: mode,
+        },
+        prefix_caching: true,
+    }
 }
 
 /// `got` equals the reference greedy tokens up to a first difference where the reference's
