@@ -25,6 +25,9 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up and moved into the command that runs: the size of the largest
+// variant costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Generate text from a prompt (streamed) or from a JSONL file of prompts (batched).

@@ -96,6 +96,21 @@ pub struct ServeArgs {
     /// as `/v1/...`.
     #[arg(long)]
     pub root_path: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --ssl-keyfile.
+    #[arg(long, value_name = "PEM")]
+    pub ssl_certfile: Option<std::path::PathBuf>,
+    /// The certificate's PEM private key (PKCS#8, PKCS#1 or SEC1); needs --ssl-certfile.
+    #[arg(long, value_name = "PEM")]
+    pub ssl_keyfile: Option<std::path::PathBuf>,
+    /// PEM CAs that sign client certificates (with --ssl-cert-reqs 1 or 2).
+    #[arg(long, value_name = "PEM")]
+    pub ssl_ca_certs: Option<std::path::PathBuf>,
+    /// Client certificates, as Python's `ssl` numbers them: 0 none, 1 optional, 2 required.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub ssl_cert_reqs: u8,
+    /// Reload the certificate, key and CA files when they change (new connections get them).
+    #[arg(long)]
+    pub enable_ssl_refresh: bool,
     /// Every response carries `X-Request-Id` (the request's own, or a fresh one).
     #[arg(long)]
     pub enable_request_id_headers: bool,
@@ -311,6 +326,41 @@ fn http_options(args: &ServeArgs) -> HttpOptions {
     }
 }
 
+/// The TLS flags, loaded (a file that does not load stops the start).
+fn tls(args: &ServeArgs) -> Result<Option<std::sync::Arc<infer_web::Tls>>> {
+    let (certfile, keyfile) = match (&args.ssl_certfile, &args.ssl_keyfile) {
+        (Some(c), Some(k)) => (c, k),
+        (None, None) => {
+            let tls_only = [
+                ("--ssl-ca-certs", args.ssl_ca_certs.is_some()),
+                ("--ssl-cert-reqs", args.ssl_cert_reqs != 0),
+                ("--enable-ssl-refresh", args.enable_ssl_refresh),
+            ];
+            if let Some((flag, _)) = tls_only.iter().find(|(_, set)| *set) {
+                bail!("{flag} needs --ssl-certfile and --ssl-keyfile (TLS)");
+            }
+            return Ok(None);
+        }
+        (Some(_), None) => {
+            bail!("--ssl-certfile needs --ssl-keyfile (the certificate's private key)")
+        }
+        (None, Some(_)) => bail!("--ssl-keyfile needs --ssl-certfile (the certificate chain)"),
+    };
+    let files = infer_web::TlsFiles {
+        certfile: certfile.clone(),
+        keyfile: keyfile.clone(),
+        ca_certs: args.ssl_ca_certs.clone(),
+        client_certs: infer_web::ClientCerts::from_reqs(args.ssl_cert_reqs)
+            .ok_or_else(|| anyhow!("--ssl-cert-reqs must be 0, 1 or 2"))?,
+        refresh: args.enable_ssl_refresh,
+    };
+    if files.ca_certs.is_some() && files.client_certs == infer_web::ClientCerts::None {
+        tracing::warn!("--ssl-ca-certs has no effect with --ssl-cert-reqs 0 (client certificates not asked for)");
+    }
+    let tls = infer_web::Tls::load(files).map_err(|e| anyhow!("TLS: {e}"))?;
+    Ok(Some(tls))
+}
+
 /// The --model value, as vLLM names the model; an absolute path is cut to its last part, so
 /// routes open without the key (`/metrics` labels) do not disclose where the model lives.
 fn default_served_name(model: &str) -> String {
@@ -330,6 +380,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let aliases: Vec<String> = args.served_model_name.iter().skip(1).cloned().collect();
     let defaults = request_defaults(&args)?;
     let http = http_options(&args);
+    // Before the model loads: a TLS file that does not load should not cost a model load.
+    let tls = tls(&args)?;
     let pooling = args
         .pooling
         .params(args.model.parallel.tensor_parallel_size)?;
@@ -442,6 +494,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     runtime.block_on(async move {
         let addr = SocketAddr::new(args.host, args.port);
         let options = ServeOptions {
@@ -449,13 +502,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
             max_connections: args.max_connections.max(1),
             shutdown_grace: Duration::from_secs(args.shutdown_grace),
             http,
+            tls,
             ..ServeOptions::default()
         };
         let (local, server) =
             infer_web::bind_with(state, addr, args.api_key, options, shutdown_signal())
                 .await
                 .with_context(|| format!("binding {addr}"))?;
-        eprintln!("infer serve: http://{local} ({backend})");
+        eprintln!("infer serve: {scheme}://{local} ({backend})");
         server.await;
         Ok::<(), anyhow::Error>(())
     })?;

@@ -20,6 +20,7 @@ mod router_probes;
 mod routes;
 mod state;
 mod stats_log;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ pub use listen::{raise_open_file_limit, ServeOptions};
 pub use metrics::Metrics;
 pub use routes::routes;
 pub use state::ServerState;
+pub use tls::{ClientCerts, Tls, TlsError, TlsFiles};
 
 /// Binds `addr` (port 0 picks a free one) and returns the bound address and the server, which
 /// serves until `shutdown` resolves, then stops accepting, gives in-flight requests
@@ -54,7 +56,12 @@ pub async fn bind_with(
     socket.bind(addr)?;
     let listener = socket.listen(options.listen_backlog)?;
     let local = listener.local_addr()?;
-    tracing::info!(%local, model = %state.model_name, backend = %state.backend, "listening");
+    let scheme = if options.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(%local, scheme, model = %state.model_name, backend = %state.backend, "listening");
     let app = routes(state.clone(), api_key);
     Ok((local, async move {
         listen::serve(listener, app, state.clone(), options, shutdown).await;

@@ -1,7 +1,9 @@
 //! The accept loop around warp's service: HTTP/1 connections with a header read timeout
 //! (which also closes idle keep-alive connections), a cap on open connections, and a
 //! shutdown that stops accepting, gives in-flight requests a bounded grace period, then
-//! aborts them (streams end with an error event and `[DONE]`) and returns.
+//! aborts them (streams end with an error event and `[DONE]`) and returns. With TLS, each
+//! connection's handshake runs on its own task under the header timeout, so a slow or silent
+//! client holds only its own connection.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -32,6 +34,8 @@ pub struct ServeOptions {
     pub listen_backlog: u32,
     /// Root path, access log, request-id headers.
     pub http: crate::http_log::HttpOptions,
+    /// HTTPS (rustls) when set; plain HTTP otherwise.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 impl Default for ServeOptions {
@@ -42,6 +46,7 @@ impl Default for ServeOptions {
             shutdown_grace: Duration::from_secs(5),
             listen_backlog: 4096,
             http: crate::http_log::HttpOptions::default(),
+            tls: None,
         }
     }
 }
@@ -96,6 +101,15 @@ fn connection_cap(wanted: usize) -> usize {
     wanted.min(room).max(1)
 }
 
+/// The HTTP/1 connection settings every connection gets.
+fn http1(header_read_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    builder
+}
+
 /// Serves `app` on `listener` until `shutdown` resolves, then shuts down as described above.
 pub async fn serve(
     listener: TcpListener,
@@ -110,6 +124,7 @@ pub async fn serve(
     let cap = connection_cap(options.max_connections);
     let permits = Arc::new(Semaphore::new(cap));
     let mut warned_full = false;
+    let refresh = options.tls.as_ref().and_then(|tls| tls.spawn_refresh());
     tokio::pin!(shutdown);
     loop {
         if permits.available_permits() == 0 && !warned_full {
@@ -139,22 +154,50 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(options.header_read_timeout)
-            .serve_connection(TokioIo::new(stream), {
-                let (service, layer) = (service.clone(), layer.clone());
-                hyper::service::service_fn(move |req| layer.clone().call(service.clone(), req))
-            });
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended");
+        let service = {
+            let (service, layer) = (service.clone(), layer.clone());
+            hyper::service::service_fn(move |req| layer.clone().call(service.clone(), req))
+        };
+        let watcher = graceful.watcher();
+        let timeout = options.header_read_timeout;
+        match &options.tls {
+            None => {
+                let conn = http1(timeout).serve_connection(TokioIo::new(stream), service);
+                tokio::spawn(async move {
+                    if let Err(e) = watcher.watch(conn).await {
+                        tracing::debug!(error = %e, "connection ended");
+                    }
+                    drop(permit);
+                });
             }
-            drop(permit);
-        });
+            Some(tls) => {
+                let acceptor = tls.acceptor();
+                tokio::spawn(async move {
+                    let stream = match tokio::time::timeout(timeout, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let conn = http1(timeout).serve_connection(TokioIo::new(stream), service);
+                    if let Err(e) = watcher.watch(conn).await {
+                        tracing::debug!(error = %e, "connection ended");
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
+    if let Some(task) = refresh {
+        task.abort();
+    }
     tracing::info!(grace = ?options.shutdown_grace, "no longer accepting; waiting for in-flight requests");
     let drained = graceful.shutdown();
     tokio::pin!(drained);

@@ -45,6 +45,8 @@ fn sample(name: &str) -> &'static str {
         "--convert" => "embed",
         "--task" => "embed",
         "--pooler-config" | "--override-pooler-config" => r#"{"pooling_type": "MEAN"}"#,
+        "--ssl-keyfile" | "--ssl-certfile" | "--ssl-ca-certs" => "x.pem",
+        "--ssl-cert-reqs" => "2",
         other => panic!("no sample value for {other}"),
     }
 }
