@@ -8,6 +8,8 @@ scripts/fetch-model.sh
 NVRTC_LIB=$(scripts/fetch-nvrtc.sh)
 export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo fmt --all --check
+# Before the first build: the server embeds the chat page's markdown libraries from npm.
+scripts/chat-page-deps.sh
 # `mpi`: tensor parallelism over MPI (Open MPI from .ci/run), tested under mpirun.
 cargo clippy --workspace --all-targets --release --features infer-cli/mpi -- -D warnings
 cargo test --workspace --release --features infer-cli/mpi

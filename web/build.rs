@@ -1,6 +1,8 @@
 //! Embeds the browser build (`scripts/build-browser.sh` writes `target/browser-dist`, or the
 //! folder `INFER_BROWSER_DIST` names) so `infer serve` offers it at `/browser/`. Without one
-//! the server still builds; `/browser/` then says how to make it.
+//! the server still builds; `/browser/` then says how to make it. Also embeds the chat page's
+//! libraries (marked, DOMPurify) from `web/chat-page/node_modules` once `npm ci` has put them
+//! there; without them the page shows replies as plain text and says why.
 use std::path::{Path, PathBuf};
 
 fn files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
@@ -17,9 +19,48 @@ fn files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The chat page's libraries, as `/static/vendor/NAME` serves them, and where npm puts them.
+const CHAT_VENDOR: &[(&str, &str)] = &[
+    ("marked.js", "marked/lib/marked.umd.js"),
+    ("purify.js", "dompurify/dist/purify.min.js"),
+];
+
+fn chat_vendor(manifest: &Path) {
+    let modules = manifest.join("chat-page/node_modules");
+    let found: Vec<_> = CHAT_VENDOR
+        .iter()
+        .map(|(name, rel)| (name, modules.join(rel)))
+        .filter(|(_, path)| path.is_file())
+        .collect();
+    if found.len() == CHAT_VENDOR.len() {
+        // Only the files: npm rewrites its own bookkeeping in the folder on every install.
+        for (_, path) in &found {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    } else {
+        // A watched path that is missing counts as changed on every build: watch the folder
+        // (made empty here), which npm's install changes.
+        let _ = std::fs::create_dir_all(&modules);
+        println!("cargo:rerun-if-changed={}", modules.display());
+    }
+    let mut code = String::from("pub static CHAT_VENDOR: &[(&str, &[u8])] = &[\n");
+    for (name, path) in &found {
+        code += &format!(
+            "    ({name:?}, include_bytes!({:?})),\n",
+            path.display().to_string()
+        );
+    }
+    code += "];\n";
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("chat_vendor.rs");
+    if let Err(e) = std::fs::write(&out, code) {
+        panic!("writing {}: {e}", out.display());
+    }
+}
+
 fn main() {
     println!("cargo:rerun-if-env-changed=INFER_BROWSER_DIST");
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    chat_vendor(&manifest);
     let dir = std::env::var("INFER_BROWSER_DIST")
         .map(PathBuf::from)
         .unwrap_or_else(|_| manifest.join("../target/browser-dist"));

@@ -6,6 +6,7 @@ mod body;
 mod browser_page;
 pub mod budget;
 mod chat;
+mod chat_page;
 mod completions;
 pub mod cors;
 mod embed_batch;

@@ -280,22 +280,7 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
             )
             .into_response()
         });
-    // The chat page: static files embedded at compile time (no build step, no file paths).
-    let page = |body: &'static str, kind: &'static str| {
-        move || warp::reply::with_header(body, "content-type", kind).into_response()
-    };
-    let index = warp::path::end().and(get()).map(page(
-        include_str!("../static/index.html"),
-        "text/html; charset=utf-8",
-    ));
-    let script = warp::path!("static" / "chat.js").and(get()).map(page(
-        include_str!("../static/chat.js"),
-        "text/javascript; charset=utf-8",
-    ));
-    let style = warp::path!("static" / "style.css").and(get()).map(page(
-        include_str!("../static/style.css"),
-        "text/css; charset=utf-8",
-    ));
+    let page = crate::chat_page::routes();
     // The key is checked after the path: an unknown path is a 404 with or without it.
     let v1 = models
         .or(model)
@@ -342,11 +327,7 @@ pub fn routes(state: Arc<ServerState>, api_key: Option<String>) -> BoxedFilter<(
         .unify()
         .or(openapi)
         .unify()
-        .or(index)
-        .unify()
-        .or(script)
-        .unify()
-        .or(style)
+        .or(page)
         .unify()
         .or(browser)
         .unify()

@@ -176,6 +176,33 @@ fn chat_page_and_metrics_are_served() {
     assert!(kind.starts_with("text/javascript"), "{kind}");
     assert!(js.contains("/v1/chat/completions") && js.contains("tok/s"));
     assert!(get("/static/style.css").0.starts_with("text/css"));
+    // The markdown libraries: embedded when npm had installed them at build time (as
+    // scripts/test.sh does first), else a 404 saying how to get them.
+    let installed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("chat-page/node_modules/marked/lib/marked.umd.js")
+        .is_file();
+    for lib in ["marked.js", "purify.js"] {
+        assert!(html.contains(&format!("/static/vendor/{lib}")));
+        match ureq::get(&url(&format!("/static/vendor/{lib}"))).call() {
+            Ok(r) => {
+                assert!(installed, "{lib} served without npm's files");
+                assert!(r
+                    .header("content-type")
+                    .unwrap()
+                    .starts_with("text/javascript"));
+                assert!(r.into_string().unwrap().len() > 10_000, "{lib}");
+            }
+            Err(ureq::Error::Status(404, r)) => {
+                assert!(!installed, "{lib} not embedded though installed");
+                assert!(r.into_string().unwrap().contains("npm ci"));
+            }
+            Err(e) => panic!("{lib}: {e}"),
+        }
+    }
+    assert!(matches!(
+        ureq::get(&url("/static/vendor/other.js")).call(),
+        Err(ureq::Error::Status(404, _))
+    ));
 
     // The browser demo: `/browser` goes to `/browser/`, which is the page itself (or, in a
     // server built before `scripts/build-browser.sh`, a 404 page saying how to build it).
