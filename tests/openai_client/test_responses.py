@@ -63,6 +63,34 @@ def test_a_forced_function_call_and_its_output_round_trip(client):
     assert again.status in ("completed", "incomplete")
 
 
+def test_a_streamed_function_call_arrives_as_argument_deltas(client):
+    events = list(client.responses.create(
+        model=MODEL, input="What is the weather in Paris?", tools=TOOLS,
+        tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=60,
+        temperature=0, stream=True))
+    kinds = [e.type for e in events]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added = [e for e in events if e.type == "response.output_item.added"
+             and e.item.type == "function_call"]
+    assert len(added) == 1 and added[0].item.name == "get_weather", kinds
+    deltas = [e for e in events if e.type == "response.function_call_arguments.delta"]
+    # Streamed as the model writes them: several pieces, each after the item was added.
+    assert len(deltas) > 1, kinds
+    assert kinds.index("response.output_item.added") < kinds.index(
+        "response.function_call_arguments.delta")
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert "".join(d.delta for d in deltas) == done.arguments
+    assert set(json.loads(done.arguments)) == {"city"}
+    final = events[-1].response
+    call = next(o for o in final.output if o.type == "function_call")
+    assert call.arguments == done.arguments and call.id == added[0].item.id
+    whole = client.responses.create(
+        model=MODEL, input="What is the weather in Paris?", tools=TOOLS,
+        tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=60,
+        temperature=0)
+    assert next(o for o in whole.output if o.type == "function_call").arguments == call.arguments
+
+
 def test_what_a_stateless_server_cannot_do_is_refused_by_name(client):
     expect(openai.BadRequestError, 400, lambda: client.responses.create(
         model=MODEL, input=ASK, previous_response_id="resp_1"), "previous_response_id")

@@ -305,7 +305,7 @@ pub fn response(
 }
 
 /// What is open while a response streams: the reasoning and message items as their text
-/// grows, the calls to emit at the end; events numbered in order.
+/// grows, and function calls as their arguments arrive; events numbered in order.
 #[derive(Debug, Default)]
 pub struct ResponseStream {
     id: String,
@@ -314,7 +314,8 @@ pub struct ResponseStream {
     items: Vec<Value>,
     reasoning: Option<usize>,
     message: Option<usize>,
-    calls: Vec<Value>,
+    /// Each streamed tool call: its `delta.tool_calls[].index` and its output index.
+    calls: Vec<(usize, usize)>,
 }
 
 impl ResponseStream {
@@ -409,26 +410,49 @@ impl ResponseStream {
             .into_iter()
             .flatten()
         {
-            // Calls arrive as deltas; they are whole at the end (indexed by `index`).
             let index = call["index"].as_u64().unwrap_or(0) as usize;
-            if self.calls.len() <= index {
-                self.calls.resize(
-                    index + 1,
-                    json!({"id": "", "function": {"name": "", "arguments": ""}}),
+            let i = self.open_call(index, call, &mut events);
+            if let Some(piece) = call["function"]
+                .get("arguments")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+            {
+                let item = &mut self.items[i];
+                let whole = format!("{}{piece}", item["arguments"].as_str().unwrap_or_default());
+                item["arguments"] = whole.into();
+                let e = self.event(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": self.item_id(i), "output_index": i, "delta": piece}),
                 );
-            }
-            let c = &mut self.calls[index];
-            if let Some(id) = call.get("id").and_then(Value::as_str) {
-                c["id"] = id.into();
-            }
-            for k in ["name", "arguments"] {
-                if let Some(piece) = call["function"].get(k).and_then(Value::as_str) {
-                    let whole = format!("{}{piece}", c["function"][k].as_str().unwrap_or_default());
-                    c["function"][k] = whole.into();
-                }
+                events.push(e);
             }
         }
         events
+    }
+
+    /// The function-call item of the chat stream's call `index`, added when its first delta
+    /// (id and name) arrives.
+    fn open_call(
+        &mut self,
+        index: usize,
+        call: &Value,
+        events: &mut Vec<(String, Value)>,
+    ) -> usize {
+        if let Some(&(_, i)) = self.calls.iter().find(|(c, _)| *c == index) {
+            return i;
+        }
+        let i = self.items.len();
+        let mut item = call_item(&json!({"id": call["id"], "function": {
+            "name": call["function"]["name"], "arguments": ""}}));
+        item["status"] = "in_progress".into();
+        self.items.push(item.clone());
+        self.calls.push((index, i));
+        let e = self.event(
+            "response.output_item.added",
+            json!({"output_index": i, "item": item}),
+        );
+        events.push(e);
+        i
     }
 
     /// The closing events: each open item done, the calls, then the output for
@@ -462,24 +486,9 @@ impl ResponseStream {
             );
             events.push(e);
         }
-        for call in std::mem::take(&mut self.calls) {
-            let item = call_item(&call);
-            let i = self.items.len();
-            self.items.push(item.clone());
-            let mut added = item.clone();
-            added["status"] = "in_progress".into();
-            added["arguments"] = "".into();
-            let e = self.event(
-                "response.output_item.added",
-                json!({"output_index": i, "item": added}),
-            );
-            events.push(e);
-            let e = self.event(
-                "response.function_call_arguments.delta",
-                json!({"item_id": item["id"],
-                "output_index": i, "delta": item["arguments"]}),
-            );
-            events.push(e);
+        for (_, i) in std::mem::take(&mut self.calls) {
+            self.items[i]["status"] = "completed".into();
+            let item = self.items[i].clone();
             let e = self.event(
                 "response.function_call_arguments.done",
                 json!({"item_id": item["id"],
