@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, Stream, StreamExt};
 use infer_api::format::{
-    completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, RunningUsage,
-    TokenNames, UsageCounter, COMPLETION as OBJECT,
+    completion_echo_choices, completion_stream_choices, CompletionReply, FinishedPrompt, Reply,
+    RunningUsage, TokenNames, UsageCounter, COMPLETION as OBJECT,
 };
 use infer_core::{CompletionOutput, TokenLogprobs};
 use serde_json::{json, Value};
@@ -125,39 +125,24 @@ async fn run(
         let body = sse_stream(state.clone(), reply, streams, n, usage, running, token_ids);
         return Ok(sse_reply(stream::iter(head).chain(body)));
     }
-    let token_ids = state.token_ids(req.sampling.return_tokens_as_token_ids);
-    let (mut choices, mut prompt_tokens, mut completion_tokens) = (Vec::new(), 0, 0);
-    let mut cached = 0;
-    for (i, events) in streams.into_iter().enumerate() {
+    let mut finished = Vec::with_capacity(streams.len());
+    for events in streams {
         let done = finish(events).await?;
-        prompt_tokens += done.prompt_len;
-        cached += done.cached;
-        let prompt_text = if req.echo {
-            state
-                .tokenizer
-                .decode(&prompts[i], false)
-                .map_err(ApiError::from)?
-        } else {
-            String::new()
-        };
-        let prompt_lps = done.prompt_logprobs.unwrap_or_default();
-        let choice = CompletionChoice {
-            prompt_index: i,
-            n,
-            echo: req
-                .echo
-                .then_some((&prompt_text[..], &prompts[i][..], &prompt_lps[..])),
-            prompt_only: prepared.prompt_only,
-            prompt_logprobs: prepared.prompt_logprobs.then_some(&prompt_lps[..]),
-        };
-        for o in done.outputs {
-            let names = TokenNames::new(&state.tokenizer, token_ids);
-            let (c, tokens) = choice.build(names, o);
-            completion_tokens += tokens;
-            choices.push(c);
-        }
+        finished.push(FinishedPrompt {
+            outputs: done.outputs,
+            prompt_len: done.prompt_len,
+            cached: done.cached,
+            prompt_logprobs: done.prompt_logprobs.unwrap_or_default(),
+        });
     }
-    let usage = Usage::new(prompt_tokens, completion_tokens).with_cached(cached);
+    let builder = CompletionReply {
+        n,
+        echo: req.echo,
+        prompt_only: prepared.prompt_only,
+        prompt_logprobs: prepared.prompt_logprobs,
+        token_ids: state.token_ids(req.sampling.return_tokens_as_token_ids),
+    };
+    let (choices, usage) = builder.choices(&state.tokenizer, prompts, finished)?;
     Ok(warp::reply::json(&reply.response(OBJECT, choices, usage)).into_response())
 }
 

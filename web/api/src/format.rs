@@ -5,6 +5,7 @@
 use infer_core::{CompletionOutput, FinishReason, RequestOutput, TokenLogprobs, Tokenizer};
 use serde_json::{json, Value};
 
+use crate::prepare::RequestError;
 use crate::types::Usage;
 
 pub const COMPLETION: &str = "text_completion";
@@ -386,5 +387,71 @@ impl CompletionChoice<'_> {
             "prompt_logprobs": self.prompt_logprobs.map(|lps| prompt_logprobs(names.tok, lps)),
         });
         (choice, o.token_ids.len())
+    }
+}
+
+/// One prompt's engine request, finished: what a non-streamed reply is built from.
+#[derive(Debug, Clone)]
+pub struct FinishedPrompt {
+    pub outputs: Vec<CompletionOutput>,
+    pub prompt_len: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached: usize,
+    /// Per prompt position, when `prompt_logprobs` or `echo` with logprobs asked for them.
+    pub prompt_logprobs: Vec<Option<TokenLogprobs>>,
+}
+
+/// How a non-streamed completion's choices are written: the one builder `infer serve` and
+/// the browser engine share, so both reply alike (and fail alike).
+#[derive(Debug, Clone, Copy)]
+pub struct CompletionReply {
+    pub n: usize,
+    pub echo: bool,
+    /// vLLM's `max_tokens: 0` with `echo`: the one token generated to score the prompt is
+    /// dropped.
+    pub prompt_only: bool,
+    pub prompt_logprobs: bool,
+    /// `return_tokens_as_token_ids`.
+    pub token_ids: bool,
+}
+
+impl CompletionReply {
+    /// Every prompt's choices (prompt `i`'s outputs at indices `i * n ..`) and the usage. A
+    /// prompt whose text does not decode for `echo` is an error, not an empty text.
+    pub fn choices(
+        &self,
+        tok: &Tokenizer,
+        prompts: &[Vec<u32>],
+        finished: Vec<FinishedPrompt>,
+    ) -> Result<(Vec<Value>, Usage), RequestError> {
+        let (mut choices, mut prompt_tokens, mut completion_tokens, mut cached) =
+            (Vec::new(), 0, 0, 0);
+        for (i, (done, prompt)) in finished.into_iter().zip(prompts).enumerate() {
+            prompt_tokens += done.prompt_len;
+            cached += done.cached;
+            let text = if self.echo {
+                tok.decode(prompt, false)?
+            } else {
+                String::new()
+            };
+            let choice = CompletionChoice {
+                prompt_index: i,
+                n: self.n,
+                echo: self
+                    .echo
+                    .then_some((&text[..], &prompt[..], &done.prompt_logprobs[..])),
+                prompt_only: self.prompt_only,
+                prompt_logprobs: self.prompt_logprobs.then_some(&done.prompt_logprobs[..]),
+            };
+            for o in done.outputs {
+                let (c, tokens) = choice.build(TokenNames::new(tok, self.token_ids), o);
+                completion_tokens += tokens;
+                choices.push(c);
+            }
+        }
+        Ok((
+            choices,
+            Usage::new(prompt_tokens, completion_tokens).with_cached(cached),
+        ))
     }
 }

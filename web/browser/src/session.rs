@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use infer_api::fields::parse_body;
 use infer_api::format::{
-    completion_echo_choices, completion_stream_choices, CompletionChoice, Reply, RunningUsage,
-    TokenNames, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
+    completion_echo_choices, completion_stream_choices, CompletionReply, FinishedPrompt, Reply,
+    RunningUsage, TokenNames, UsageCounter, CHAT, CHAT_CHUNK, COMPLETION,
 };
 use infer_api::prepare::{PreparedChat, Served};
 use infer_api::tools::{ChatReplies, ToolCallParser};
 use infer_api::{ChatRequest, CompletionRequest, RequestError, Usage};
-use infer_core::{CompletionOutput, RequestOutput, SamplingParams, TokenLogprobs, Tokenizer};
+use infer_core::{RequestOutput, SamplingParams, Tokenizer};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -43,13 +43,6 @@ pub struct EngineRequest {
     pub structured_param: Option<&'static str>,
 }
 
-struct Finished {
-    outputs: Vec<CompletionOutput>,
-    prompt_len: usize,
-    cached: usize,
-    prompt_logprobs: Vec<Option<TokenLogprobs>>,
-}
-
 enum Kind {
     /// Replies read for tool calls as they come; its usage counts the request's.
     Chat(Box<ChatReplies>),
@@ -73,7 +66,7 @@ struct Active {
     running: Option<RunningUsage>,
     usage: UsageCounter,
     /// One slot per engine request (per prompt), filled as each finishes.
-    finished: Vec<Option<Finished>>,
+    finished: Vec<Option<FinishedPrompt>>,
 }
 
 pub struct Session {
@@ -357,7 +350,7 @@ impl Session {
             }));
         }
         if let (Some(outputs), Some(slot)) = (out.outputs, a.finished.get_mut(index)) {
-            *slot = Some(Finished {
+            *slot = Some(FinishedPrompt {
                 outputs,
                 prompt_len: out.metrics.num_prompt_tokens,
                 cached: out.metrics.num_cached_tokens.unwrap_or(0),
@@ -395,19 +388,20 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
         });
         return events;
     }
-    let finished: Vec<Finished> = a.finished.into_iter().flatten().collect();
-    let prompt_tokens = finished.iter().map(|f| f.prompt_len).sum();
-    let cached = finished.iter().map(|f| f.cached).sum();
-    let (mut choices, mut completion_tokens) = (Vec::new(), 0);
-    let object = match &a.kind {
+    let finished: Vec<FinishedPrompt> = a.finished.into_iter().flatten().collect();
+    let (object, built) = match &a.kind {
         Kind::Chat(replies) => {
+            let prompt_tokens = finished.iter().map(|f| f.prompt_len).sum();
+            let cached = finished.iter().map(|f| f.cached).sum();
+            let (mut choices, mut completion_tokens) = (Vec::new(), 0);
             for f in &finished {
                 for o in &f.outputs {
                     completion_tokens += o.token_ids.len();
                     choices.push(replies.choice(tok, o));
                 }
             }
-            CHAT
+            let usage = Usage::new(prompt_tokens, completion_tokens).with_cached(cached);
+            (CHAT, Ok((choices, usage)))
         }
         Kind::Completion {
             prompts,
@@ -416,29 +410,26 @@ fn finish(tok: &Tokenizer, id: &str, a: Active) -> Vec<Event> {
             prompt_logprobs,
             token_ids,
         } => {
-            for (i, f) in finished.into_iter().enumerate() {
-                let text = if *echo {
-                    tok.decode(&prompts[i], false).unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                let choice = CompletionChoice {
-                    prompt_index: i,
-                    n: a.n,
-                    echo: echo.then_some((&text[..], &prompts[i][..], &f.prompt_logprobs[..])),
-                    prompt_only: *prompt_only,
-                    prompt_logprobs: prompt_logprobs.then_some(&f.prompt_logprobs[..]),
-                };
-                for o in f.outputs {
-                    let (c, tokens) = choice.build(TokenNames::new(tok, *token_ids), o);
-                    completion_tokens += tokens;
-                    choices.push(c);
-                }
-            }
-            COMPLETION
+            let builder = CompletionReply {
+                n: a.n,
+                echo: *echo,
+                prompt_only: *prompt_only,
+                prompt_logprobs: *prompt_logprobs,
+                token_ids: *token_ids,
+            };
+            (COMPLETION, builder.choices(tok, prompts, finished))
         }
     };
-    let usage = Usage::new(prompt_tokens, completion_tokens).with_cached(cached);
+    let (choices, usage) = match built {
+        Ok(built) => built,
+        Err(e) => {
+            events.push(Event::Error {
+                id: id.to_string(),
+                error: e.body_with_status(),
+            });
+            return events;
+        }
+    };
     events.push(Event::Done {
         id: id.to_string(),
         response: Some(a.reply.response(object, choices, usage)),
