@@ -244,4 +244,13 @@ fn the_docs_table_lists_every_flag_as_the_table_takes_it() {
         };
         assert!(column.starts_with(want), "{}: {row}", flag.name);
     }
+    let count = |f: fn(&Disposition) -> bool| FLAGS.iter().filter(|x| f(&x.disposition)).count();
+    let tally = format!(
+        "Of the {} flags: {} honoured, {} accepted, {} refused.",
+        FLAGS.len(),
+        count(|d| matches!(d, Disposition::Own)),
+        count(|d| matches!(d, Disposition::Inherent(_) | Disposition::Values(..))),
+        count(|d| matches!(d, Disposition::Refused(_))),
+    );
+    assert!(doc.contains(&tally), "docs/vllm.md should say: {tally}");
 }
