@@ -244,6 +244,7 @@ impl EngineHandle {
             inputs,
             params,
             reply,
+            arrival: std::time::Instant::now(),
         });
         self.commands.send(cmd).map_err(|_| SubmitError::Stopped)?;
         Ok(rx.await.map_err(|_| SubmitError::Stopped)??)
@@ -308,7 +309,7 @@ impl<E: Executor> Loop<E> {
                 }
                 next = rx.try_recv().ok();
             }
-            crate::embed_batch::run(&mut self.engine, embeds);
+            crate::embed_batch::run(&mut self.engine, &self.metrics, embeds);
             self.drop_disconnected();
             if self.engine.has_unfinished() {
                 self.step();
@@ -341,7 +342,7 @@ impl<E: Executor> Loop<E> {
                 true
             }
             Command::Embed(e) => {
-                crate::embed_batch::run(&mut self.engine, vec![e]);
+                crate::embed_batch::run(&mut self.engine, &self.metrics, vec![e]);
                 true
             }
             Command::Stats(reply) => {

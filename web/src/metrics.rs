@@ -361,6 +361,15 @@ impl Metrics {
         self.output_lens.observe(m.num_output_tokens as f64);
     }
 
+    /// An answered embedding request: finished (`stop`, as vLLM counts pooling requests),
+    /// its end-to-end latency and prompt length (it generates nothing, so the token and
+    /// per-token histograms are left alone).
+    pub fn record_embedded(&self, latency: std::time::Duration, prompt_tokens: usize) {
+        self.requests_finished.with_label_values(&["stop"]).inc();
+        self.e2e.observe(latency.as_secs_f64());
+        self.prompt_lens.observe(prompt_tokens as f64);
+    }
+
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut buf = Vec::new();

@@ -12,7 +12,7 @@ use infer_cpu::CpuBackend;
 use infer_tests::smollm2_shared;
 use infer_web::{EngineHandle, LoopOptions, Metrics, SubmitError};
 
-fn handle() -> EngineHandle {
+fn handle() -> (EngineHandle, Arc<Metrics>) {
     let (model, tokenizer) = smollm2_shared();
     let config = EngineConfig {
         block_size: 16,
@@ -35,15 +35,29 @@ fn handle() -> EngineHandle {
             Ok((engine, ()))
         },
         LoopOptions::quiet(0),
-        metrics,
+        metrics.clone(),
     )
     .unwrap();
-    engine
+    (engine, metrics)
+}
+
+/// A metric's value (summed over its label sets) in the Prometheus text.
+fn metric(metrics: &Metrics, name: &str) -> f64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(['{', ' ']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[test]
 fn concurrent_embeddings_batch_and_a_bad_input_fails_alone() {
-    let engine = handle();
+    let (engine, metrics) = handle();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let params = EmbedParams {
         pooling: PoolingType::Mean,
@@ -64,6 +78,17 @@ fn concurrent_embeddings_batch_and_a_bad_input_fails_alone() {
                 .remove(0)
         })
         .collect();
+    // Each answered embedding request counts as a finished one, with its latency and prompt.
+    assert_eq!(metric(&metrics, "infer:request_success_total"), 6.0);
+    assert_eq!(
+        metric(&metrics, "infer:e2e_request_latency_seconds_count"),
+        6.0
+    );
+    let prompt_tokens: usize = inputs.iter().map(Vec::len).sum();
+    assert_eq!(
+        metric(&metrics, "infer:request_prompt_tokens_sum"),
+        prompt_tokens as f64
+    );
     rt.block_on(async {
         // A generation keeps the engine thread stepping, so the embeddings queue up behind
         // a step and are taken together.
@@ -104,5 +129,9 @@ fn concurrent_embeddings_batch_and_a_bad_input_fails_alone() {
             }
         }
     });
+    // Six more answered (the failed one is the client's error, not counted); the busy
+    // generation may have finished too.
+    let finished = metric(&metrics, "infer:request_success_total");
+    assert!((12.0..=13.0).contains(&finished), "{finished}");
     engine.shutdown();
 }
