@@ -43,15 +43,25 @@ fn chat_vendor(manifest: &Path) {
         let _ = std::fs::create_dir_all(&modules);
         println!("cargo:rerun-if-changed={}", modules.display());
     }
-    let mut code = String::from("pub static CHAT_VENDOR: &[(&str, &[u8])] = &[\n");
-    for (name, path) in &found {
+    let entries: Vec<_> = found
+        .into_iter()
+        .map(|(name, path)| (name.to_string(), path))
+        .collect();
+    write_assets("CHAT_VENDOR", "chat_vendor.rs", &entries);
+}
+
+/// Writes `OUT_DIR/file`: `pub static NAME: &[(&str, &[u8])]`, each entry's name with its
+/// file's bytes included.
+fn write_assets(name: &str, file: &str, entries: &[(String, PathBuf)]) {
+    let mut code = format!("pub static {name}: &[(&str, &[u8])] = &[\n");
+    for (entry, path) in entries {
         code += &format!(
-            "    ({name:?}, include_bytes!({:?})),\n",
+            "    ({entry:?}, include_bytes!({:?})),\n",
             path.display().to_string()
         );
     }
     code += "];\n";
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("chat_vendor.rs");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join(file);
     if let Err(e) = std::fs::write(&out, code) {
         panic!("writing {}: {e}", out.display());
     }
@@ -74,22 +84,17 @@ fn main() {
     let mut found = Vec::new();
     files(&dir, 1, &mut found);
     found.sort();
-    let mut code = String::from("pub static BROWSER_ASSETS: &[(&str, &[u8])] = &[\n");
-    for f in &found {
-        println!("cargo:rerun-if-changed={}", f.display());
-        let rel = f
-            .strip_prefix(&dir)
-            .unwrap_or(f)
-            .to_string_lossy()
-            .replace('\\', "/");
-        code += &format!(
-            "    ({rel:?}, include_bytes!({:?})),\n",
-            f.display().to_string()
-        );
-    }
-    code += "];\n";
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("browser_assets.rs");
-    if let Err(e) = std::fs::write(&out, code) {
-        panic!("writing {}: {e}", out.display());
-    }
+    let entries: Vec<_> = found
+        .into_iter()
+        .map(|f| {
+            println!("cargo:rerun-if-changed={}", f.display());
+            let rel = f
+                .strip_prefix(&dir)
+                .unwrap_or(&f)
+                .to_string_lossy()
+                .replace('\\', "/");
+            (rel, f)
+        })
+        .collect();
+    write_assets("BROWSER_ASSETS", "browser_assets.rs", &entries);
 }

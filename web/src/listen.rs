@@ -101,13 +101,30 @@ fn connection_cap(wanted: usize) -> usize {
     wanted.min(room).max(1)
 }
 
-/// The HTTP/1 connection settings every connection gets.
-fn http1(header_read_timeout: Duration) -> hyper::server::conn::http1::Builder {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
+/// Serves one connection (plain or after its TLS handshake) as HTTP/1 until it ends or the
+/// shutdown ends it; its slot under the connection cap is released after.
+async fn serve_connection<IO, S>(
+    io: IO,
+    header_read_timeout: Duration,
+    service: S,
+    watcher: hyper_util::server::graceful::Watcher,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming> + Send,
+    S::Future: Send + 'static,
+    S::ResBody: Send + 'static,
+    <S::ResBody as hyper::body::Body>::Data: Send,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
-    builder
+        .header_read_timeout(header_read_timeout)
+        .serve_connection(TokioIo::new(io), service);
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, "connection ended");
+    }
+    drop(permit);
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then shuts down as described above.
@@ -162,34 +179,18 @@ pub async fn serve(
         let timeout = options.header_read_timeout;
         match &options.tls {
             None => {
-                let conn = http1(timeout).serve_connection(TokioIo::new(stream), service);
-                tokio::spawn(async move {
-                    if let Err(e) = watcher.watch(conn).await {
-                        tracing::debug!(error = %e, "connection ended");
-                    }
-                    drop(permit);
-                });
+                tokio::spawn(serve_connection(stream, timeout, service, watcher, permit));
             }
             Some(tls) => {
                 let acceptor = tls.acceptor();
                 tokio::spawn(async move {
-                    let stream = match tokio::time::timeout(timeout, acceptor.accept(stream)).await
-                    {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            return;
+                    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, timeout, service, watcher, permit).await
                         }
-                        Err(_) => {
-                            tracing::debug!("TLS handshake timed out");
-                            return;
-                        }
-                    };
-                    let conn = http1(timeout).serve_connection(TokioIo::new(stream), service);
-                    if let Err(e) = watcher.watch(conn).await {
-                        tracing::debug!(error = %e, "connection ended");
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
-                    drop(permit);
                 });
             }
         }

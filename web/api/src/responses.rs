@@ -237,7 +237,7 @@ pub fn output_items(id: &str, message: &Value) -> Vec<Value> {
         .into_iter()
         .flatten()
     {
-        items.push(call_item(call));
+        items.push(call_item(call, &call["function"]["arguments"], "completed"));
     }
     items
 }
@@ -252,11 +252,11 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
         "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]})
 }
 
-fn call_item(call: &Value) -> Value {
+/// A `function_call` item of a chat tool call (`{id, function: {name, ...}}`).
+fn call_item(call: &Value, arguments: &Value, status: &str) -> Value {
     let call_id = call["id"].as_str().unwrap_or_default();
     json!({"type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id,
-        "name": call["function"]["name"], "arguments": call["function"]["arguments"],
-        "status": "completed"})
+        "name": call["function"]["name"], "arguments": arguments, "status": status})
 }
 
 /// The response object around `output`.
@@ -442,9 +442,8 @@ impl ResponseStream {
             return i;
         }
         let i = self.items.len();
-        let mut item = call_item(&json!({"id": call["id"], "function": {
-            "name": call["function"]["name"], "arguments": ""}}));
-        item["status"] = "in_progress".into();
+        // The delta's own arguments piece is added by the caller, as every later one is.
+        let item = call_item(call, &json!(""), "in_progress");
         self.items.push(item.clone());
         self.calls.push((index, i));
         let e = self.event(
