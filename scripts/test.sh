@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: fetch the model, check formatting and lints, run every test (release
-# build: the tests run the real model), then the official openai client against `infer serve`.
+# build: the tests run the real model), then the official openai client against `infer serve`,
+# then the Python package (`pip install ./cli/python`, LLM / AsyncLLM / Ray Serve / Ray Data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh
@@ -16,3 +17,4 @@ cargo test --workspace --release --features infer-cli/mpi
 # The browser engine: the wasm32 build, then its tests in headless Chromium (WebGPU).
 scripts/browser-tests.sh
 scripts/openai-client-tests.sh
+scripts/python-tests.sh

@@ -78,15 +78,32 @@ impl CpuWeights {
 /// Builds rayon's global pool (default: one thread per core). The calling thread is one of the
 /// workers, so the forward's parallel ops start without a hand-off to another thread.
 pub fn init_threads(threads: Option<usize>) -> Result<()> {
+    build_pool(threads, true)
+}
+
+/// Builds rayon's global pool once per process; `caller_works`: the calling thread is one of
+/// its workers (a thread that lives as long as the process: not an engine thread that a
+/// library's user may stop).
+pub fn build_pool(threads: Option<usize>, caller_works: bool) -> Result<()> {
     if threads == Some(0) {
         bail!("--threads must be at least 1");
     }
     let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .use_current_thread()
-        .build_global()
-        .context("configuring the thread pool")
+    // A process that loads a second model (Python's `LLM` twice) keeps the pool it has.
+    static BUILT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if let Some(&built) = BUILT.get() {
+        if threads.is_some_and(|t| t != built) {
+            bail!("--threads {n}: this process already runs its models on {built} threads");
+        }
+        return Ok(());
+    }
+    let mut pool = rayon::ThreadPoolBuilder::new().num_threads(n);
+    if caller_works {
+        pool = pool.use_current_thread();
+    }
+    pool.build_global().context("configuring the thread pool")?;
+    let _ = BUILT.set(n);
+    Ok(())
 }
 
 fn load_progress() -> ProgressBar {

@@ -13,9 +13,7 @@ use infer_web::api::reasoning::ReasoningParser;
 use infer_web::api::tools::ToolCallParser;
 use infer_web::budget::Budget;
 use infer_web::cors::parse_list;
-use infer_web::{
-    CorsConfig, EngineHandle, HttpOptions, LoopOptions, Metrics, ServeOptions, ServerState,
-};
+use infer_web::{CorsConfig, HttpOptions, LoopOptions, Metrics, ServeOptions, ServerState};
 
 use crate::model::ModelArgs;
 
@@ -372,16 +370,51 @@ fn default_served_name(model: &str) -> String {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    let http = http_options(&args);
+    // Before the model loads: a TLS file that does not load should not cost a model load.
+    let tls = tls(&args)?;
+    let state = build_state(&args)?;
+    let backend = state.backend.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    runtime.block_on(async move {
+        let addr = SocketAddr::new(args.host, args.port);
+        let options = ServeOptions {
+            header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace),
+            http,
+            tls,
+            ..ServeOptions::default()
+        };
+        let (local, server) =
+            infer_web::bind_with(state, addr, args.api_key, options, shutdown_signal())
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+        eprintln!("infer serve: {scheme}://{local} ({backend})");
+        server.await;
+        Ok::<(), anyhow::Error>(())
+    })?;
+    // Tokenizations still running on the blocking pool are not waited for: the grace period
+    // bounds the whole exit (dropping the runtime would wait for them).
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
+}
+
+/// Everything `infer serve` serves from, without a socket: the flags checked, the model
+/// loaded and its engine running on its own thread. The Python package serves from the same.
+pub fn build_state(args: &ServeArgs) -> Result<Arc<ServerState>> {
     let name = args
         .served_model_name
         .first()
         .cloned()
         .unwrap_or_else(|| default_served_name(&args.model.model));
     let aliases: Vec<String> = args.served_model_name.iter().skip(1).cloned().collect();
-    let defaults = request_defaults(&args)?;
-    let http = http_options(&args);
-    // Before the model loads: a TLS file that does not load should not cost a model load.
-    let tls = tls(&args)?;
+    let defaults = request_defaults(args)?;
     let pooling = args
         .pooling
         .params(args.model.parallel.tensor_parallel_size)?;
@@ -398,7 +431,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             anyhow!("--reasoning-parser {name}: infer reads deepseek_r1 and qwen3 (the <think>…</think> formats)")
         })?),
     };
-    let model = args.model;
+    let model = args.model.clone();
     let gguf = std::path::PathBuf::from(&model.model);
     let gguf = (gguf.extension().is_some_and(|e| e == "gguf") && gguf.is_file()).then_some(gguf);
     let metrics = Arc::new(Metrics::new(&name, &args.metrics_prefix)?);
@@ -446,7 +479,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let (seed, strict_schema) = (args.seed, args.strict_json_schema);
     let step_target = (model.engine.max_num_batched_tokens.is_none() && args.step_target_ms > 0)
         .then(|| Duration::from_millis(args.step_target_ms));
-    let (engine, (tokenizer, backend, max_model_len)) = EngineHandle::start(
+    let (engine, (tokenizer, backend, max_model_len)) = infer_web::start_engine(
         move || {
             let (mut engine, tokenizer, backend) = model.engine().map_err(|e| format!("{e:#}"))?;
             engine.set_step_target(step_target);
@@ -489,32 +522,5 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .with_token_ids(args.return_tokens_as_token_ids)
         .with_pooling(pooling),
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    runtime.block_on(async move {
-        let addr = SocketAddr::new(args.host, args.port);
-        let options = ServeOptions {
-            header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
-            max_connections: args.max_connections.max(1),
-            shutdown_grace: Duration::from_secs(args.shutdown_grace),
-            http,
-            tls,
-            ..ServeOptions::default()
-        };
-        let (local, server) =
-            infer_web::bind_with(state, addr, args.api_key, options, shutdown_signal())
-                .await
-                .with_context(|| format!("binding {addr}"))?;
-        eprintln!("infer serve: {scheme}://{local} ({backend})");
-        server.await;
-        Ok::<(), anyhow::Error>(())
-    })?;
-    // Tokenizations still running on the blocking pool are not waited for: the grace period
-    // bounds the whole exit (dropping the runtime would wait for them).
-    runtime.shutdown_timeout(Duration::from_millis(100));
-    Ok(())
+    Ok(state)
 }

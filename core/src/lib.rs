@@ -26,6 +26,8 @@ pub mod pooling;
 pub mod rope;
 pub mod sampling;
 pub mod scheduler;
+#[cfg(feature = "native")]
+pub mod serving;
 pub mod spec_decode;
 pub mod tokenizer;
 pub mod weights;

@@ -12,11 +12,11 @@ use infer_core::Tokenizer;
 
 use crate::budget::Budget;
 use crate::cors::CorsConfig;
-use crate::engine_loop::EngineHandle;
+use crate::engine_loop::AsyncEngine;
 use crate::metrics::Metrics;
 
 pub struct ServerState {
-    pub engine: EngineHandle,
+    pub engine: AsyncEngine,
     pub tokenizer: Arc<Tokenizer>,
     pub model_name: String,
     pub max_model_len: usize,
@@ -57,7 +57,7 @@ pub fn unix_now() -> u64 {
 
 impl ServerState {
     pub fn new(
-        engine: EngineHandle,
+        engine: AsyncEngine,
         tokenizer: Arc<Tokenizer>,
         model_name: String,
         max_model_len: usize,

@@ -10,9 +10,9 @@ use infer_core::{
 };
 use infer_cpu::CpuBackend;
 use infer_tests::smollm2_shared;
-use infer_web::{EngineHandle, LoopOptions, Metrics, SubmitError};
+use infer_web::{AsyncEngine, LoopOptions, Metrics, SubmitError};
 
-fn handle() -> (EngineHandle, Arc<Metrics>) {
+fn handle() -> (AsyncEngine, Arc<Metrics>) {
     let (model, tokenizer) = smollm2_shared();
     let config = EngineConfig {
         block_size: 16,
@@ -27,7 +27,7 @@ fn handle() -> (EngineHandle, Arc<Metrics>) {
         },
     };
     let metrics = Arc::new(Metrics::new("smol", "infer").unwrap());
-    let (engine, ()) = EngineHandle::start(
+    let (engine, ()) = infer_web::start_engine(
         move || {
             let exec = ModelExecutor::new(CpuBackend::new(), model, 16, 64, 0)
                 .map_err(|e| e.to_string())?;

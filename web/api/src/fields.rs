@@ -138,7 +138,7 @@ pub fn check_extra_fields(
 
 /// Shared by both endpoints: unknown fields, stream options that mean nothing as given, and
 /// the structured-output constraint.
-pub(crate) fn apply_common(
+pub fn apply_common(
     extra: &serde_json::Map<String, serde_json::Value>,
     structured: &StructuredFields,
     sampling: &SamplingFields,

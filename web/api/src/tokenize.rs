@@ -27,24 +27,8 @@ impl Served<'_> {
                 self.tokenizer
                     .encode(prompt, req.add_special_tokens.unwrap_or(true))?
             }
-            (None, Some(messages)) => {
-                self.check_chat_size(messages, req.tools.as_deref())?;
-                let messages = chat_messages(messages)?;
-                let tools = match &req.tools {
-                    Some(t) if !t.is_empty() => {
-                        tools::check_tools(t)?;
-                        Some(serde_json::json!(t))
-                    }
-                    _ => None,
-                };
-                let text = self.render(
-                    None,
-                    messages,
-                    tools.as_ref(),
-                    req.chat_template_kwargs.as_ref(),
-                    req.add_generation_prompt,
-                    req.continue_final_message,
-                )?;
+            (None, Some(_)) => {
+                let text = self.chat_text(req)?;
                 self.encode_rendered(&text, req.add_special_tokens.unwrap_or(false))?
             }
             _ => {
@@ -67,6 +51,31 @@ impl Served<'_> {
             reply["token_strs"] = serde_json::json!(strs);
         }
         Ok(reply)
+    }
+
+    /// The chat template's text for a `/tokenize` request's `messages` (with its `tools`,
+    /// variables and generation prompt), checked as a chat request's are.
+    pub fn chat_text(&self, req: &TokenizeRequest) -> Result<String, RequestError> {
+        let Some(messages) = &req.messages else {
+            return Err(RequestError::bad_request("`messages` is missing").param("messages"));
+        };
+        self.check_chat_size(messages, req.tools.as_deref())?;
+        let messages = chat_messages(messages)?;
+        let tools = match &req.tools {
+            Some(t) if !t.is_empty() => {
+                tools::check_tools(t)?;
+                Some(serde_json::json!(t))
+            }
+            _ => None,
+        };
+        self.render(
+            None,
+            messages,
+            tools.as_ref(),
+            req.chat_template_kwargs.as_ref(),
+            req.add_generation_prompt,
+            req.continue_final_message,
+        )
     }
 
     /// vLLM's `GET /tokenizer_info`: what a client needs to tokenize and template as the

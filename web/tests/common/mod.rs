@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use infer_core::{Engine, EngineConfig, ModelExecutor, PreemptionMode, SchedulerConfig};
 use infer_cpu::CpuBackend;
 use infer_tests::smollm2_shared;
-use infer_web::{EngineHandle, Metrics, ServeOptions, ServerState};
+use infer_web::{AsyncEngine, Metrics, ServeOptions, ServerState};
 use serde_json::Value;
 
 pub const KEY: &str = "sekrit";
@@ -17,7 +17,7 @@ pub const ALLOWED_ORIGIN: &str = "http://allowed.example";
 
 pub struct Server {
     pub addr: SocketAddr,
-    pub engine: EngineHandle,
+    pub engine: AsyncEngine,
 }
 
 /// One server per test binary (with an API key), on its own runtime thread.
@@ -45,7 +45,7 @@ pub fn server_with(max_num_seqs: usize, max_waiting: usize) -> &'static Server {
 /// A server of its own, serving until `shutdown` resolves; `done` ends when it has stopped.
 pub struct Started {
     pub addr: SocketAddr,
-    pub engine: EngineHandle,
+    pub engine: AsyncEngine,
     pub done: std::sync::mpsc::Receiver<()>,
 }
 
@@ -82,7 +82,7 @@ pub fn start_engine(
     let tok = tokenizer.clone();
     let metrics = Arc::new(Metrics::new("smol", "infer").unwrap());
     let max_model_len = config.max_model_len;
-    let (engine, ()) = EngineHandle::start(
+    let (engine, ()) = infer_web::start_engine(
         move || {
             let exec = ModelExecutor::new(
                 CpuBackend::new(),

@@ -1,14 +1,13 @@
 //! Embedding requests on the engine thread: those that arrive together are computed as one
-//! engine call per pooling setting. Each answered request counts in the request metrics as a
-//! finished one (`stop`), with its end-to-end latency and prompt length, as vLLM counts
-//! pooling requests; a failed one is not counted (it is the client's 400).
+//! engine call per pooling setting; when a batch fails, its requests run alone so that one bad
+//! input fails only its own request.
 
 use std::time::Instant;
 
-use infer_core::{EmbedParams, Engine, Executor, InferError};
 use tokio::sync::oneshot;
 
-use crate::metrics::Metrics;
+use super::EngineObserver;
+use crate::{EmbedParams, Engine, Executor, InferError};
 
 /// Inputs to embed and where their vectors go.
 pub struct Embed {
@@ -20,18 +19,21 @@ pub struct Embed {
 }
 
 impl Embed {
-    fn answer(self, result: Result<Vec<Vec<f32>>, InferError>, metrics: &Metrics) {
+    fn answer(self, result: Result<Vec<Vec<f32>>, InferError>, observer: &mut dyn EngineObserver) {
         if result.is_ok() {
             let tokens = self.inputs.iter().map(Vec::len).sum();
-            metrics.record_embedded(self.arrival.elapsed(), tokens);
+            observer.embedded(self.arrival.elapsed(), tokens);
         }
         let _ = self.reply.send(result);
     }
 }
 
-/// Embeds `pending`, one engine call per setting; when a batch fails, its requests run alone
-/// so that one bad input fails only its own request.
-pub fn run<E: Executor>(engine: &mut Engine<E>, metrics: &Metrics, mut pending: Vec<Embed>) {
+/// Embeds `pending`, one engine call per setting.
+pub(super) fn run<E: Executor>(
+    engine: &mut Engine<E>,
+    observer: &mut dyn EngineObserver,
+    mut pending: Vec<Embed>,
+) {
     while let Some(first) = pending.first() {
         let params = first.params;
         let (group, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|e| e.params == params);
@@ -41,18 +43,18 @@ pub fn run<E: Executor>(engine: &mut Engine<E>, metrics: &Metrics, mut pending: 
             Ok(mut vectors) => {
                 for e in group.into_iter().rev() {
                     let mine = vectors.split_off(vectors.len() - e.inputs.len());
-                    e.answer(Ok(mine), metrics);
+                    e.answer(Ok(mine), observer);
                 }
             }
             Err(e) if group.len() == 1 => {
                 if let Some(only) = group.into_iter().next() {
-                    only.answer(Err(e), metrics);
+                    only.answer(Err(e), observer);
                 }
             }
             Err(_) => {
                 for e in group {
                     let result = engine.embed(&e.inputs, &e.params);
-                    e.answer(result, metrics);
+                    e.answer(result, observer);
                 }
             }
         }
