@@ -25,6 +25,11 @@ def binary() -> str:
 
 @pytest.fixture(scope="session")
 def server():
+    # INFER_URL: a server started elsewhere with this suite's settings (the Python package's Ray
+    # Serve replicas run the suite this way).
+    if os.environ.get("INFER_URL"):
+        yield os.environ["INFER_URL"]
+        return
     model = os.environ.get("INFER_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
     args = [
         binary(), "serve", "--model", model, "--port", "0", "--api-key", KEY,

@@ -23,6 +23,8 @@ pub struct ServerState {
     pub backend: String,
     pub metrics: Arc<Metrics>,
     next_id: AtomicU64,
+    /// Random per process: replicas started in the same second hand out different ids.
+    id_salt: u32,
     pub started: u64,
     /// The GGUF file served, offered to the browser demo at `/browser/model.gguf`.
     pub model_file: Option<std::path::PathBuf>,
@@ -49,6 +51,12 @@ pub struct ServerState {
     pub pooling: Option<infer_core::EmbedParams>,
 }
 
+/// 32 random bits (std's hasher keys are drawn from the OS per process).
+fn random_salt() -> u32 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32
+}
+
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -72,6 +80,7 @@ impl ServerState {
             backend,
             metrics,
             next_id: AtomicU64::new(0),
+            id_salt: random_salt(),
             started: unix_now(),
             model_file: None,
             tool_parser: None,
@@ -165,7 +174,7 @@ impl ServerState {
     /// A fresh request id with OpenAI's prefix (`cmpl`, `chatcmpl`).
     pub fn request_id(&self, prefix: &str) -> String {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        format!("{prefix}-{:x}{n:06x}", self.started)
+        format!("{prefix}-{:x}{:08x}{n:06x}", self.started, self.id_salt)
     }
 
     /// What requests are checked against (model name, tokenizer, context).

@@ -4,6 +4,7 @@ through two engine actors. One local cluster (`ray start --head`) for the module
 
 import concurrent.futures
 import os
+import pathlib
 import shutil
 import socket
 import subprocess
@@ -22,7 +23,10 @@ openai = pytest.importorskip("openai")
 
 from infer import SamplingParams  # noqa: E402
 
-REPLICA = dict(ENGINE, threads=1, served_model_name="smol")
+# The openai client suite's server settings (tests/openai_client/conftest.py).
+KEY = "test-key"
+REPLICA = dict(ENGINE, threads=1, served_model_name="smol", api_key=KEY, metrics_prefix="vllm")
+SUITE = pathlib.Path(__file__).resolve().parents[3] / "tests" / "openai_client"
 
 
 def free_port() -> int:
@@ -61,7 +65,7 @@ def app(cluster):
 
 
 def client(url):
-    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+    return openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=60)
 
 
 def replica(raw) -> str:
@@ -89,6 +93,22 @@ def test_openai_client_json_sse_tools(app, llm):
     assert call.function.name == "get_weather" and "city" in call.function.arguments
     with pytest.raises(openai.BadRequestError, match="top_p"):
         c.completions.create(model="smol", prompt="Hi", top_p=0)
+
+
+def test_the_openai_client_suite_through_two_replicas(app):
+    """The official client's suite (chat, completions, tools, structured outputs, Responses)
+    against the Serve entry, as it runs against `infer serve`."""
+    files = ["test_chat.py", "test_completions.py", "test_tools.py", "test_structured.py", "test_responses.py"]
+    # Per-replica state: each replica has its own prefix cache and /metrics, so a repeated
+    # prompt is cached only when the same replica takes it.
+    deselect = ["test_structured.py::test_vllm_metric_names_and_cached_tokens",
+                "test_structured.py::test_cache_salt_partitions_the_prefix_cache"]
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    for d in deselect:
+        args += ["--deselect", d]
+    run = subprocess.run(args, cwd=SUITE, env=dict(os.environ, INFER_URL=app), capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
 
 
 def test_load_is_spread_over_both_replicas(app):
