@@ -1,11 +1,10 @@
 """The Python package against SmolLM2 on the CPU backend: one `LLM` per session, and the
 `infer` binary's server and `generate` as the references it must agree with."""
 
+import importlib.util
 import json
 import os
 import pathlib
-import subprocess
-import threading
 import urllib.request
 
 import pytest
@@ -18,10 +17,8 @@ ENGINE = {"max_model_len": MAX_MODEL_LEN, "num_kv_blocks": 256, "max_num_seqs": 
 
 
 def binary() -> str:
-    path = pathlib.Path(os.environ.get("INFER_BIN", ROOT / "target" / "release" / "infer"))
-    if not path.exists():
-        pytest.exit(f"{path} not found: build it with `cargo build --release --bin infer`", 2)
-    return str(path)
+    """The `infer` binary (`INFER_BIN`), as the openai client suite finds it."""
+    return _suite().binary()
 
 
 @pytest.fixture(scope="session")
@@ -31,22 +28,20 @@ def llm():
     return LLM(model=MODEL, **ENGINE)
 
 
+def _suite():
+    """The openai client suite's helpers (`start`, `binary`): one way to start `infer serve`."""
+    spec = importlib.util.spec_from_file_location("openai_suite", ROOT / "tests" / "openai_client" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def server():
     """`infer serve` with the same settings: the reference for seeded sampling and errors."""
-    args = [binary(), "serve", "--model", MODEL, "--port", "0", "--max-model-len", str(MAX_MODEL_LEN),
-            "--num-kv-blocks", "256", "--max-num-seqs", "16"]
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    url, seen = None, []
-    for line in proc.stderr:
-        seen.append(line)
-        if line.startswith("infer serve: "):
-            url = line.split()[2]
-            break
-    if url is None:
-        proc.kill()
-        pytest.exit("infer serve did not start:\n" + "".join(seen[-20:]), 2)
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    suite = _suite()
+    proc, url = suite.start([binary(), "serve", "--model", MODEL, "--port", "0", "--max-model-len",
+                             str(MAX_MODEL_LEN), "--num-kv-blocks", "256", "--max-num-seqs", "16"])
     yield url
     proc.terminate()
     proc.wait(timeout=30)
