@@ -66,6 +66,31 @@ async fn next_event(events: Arc<Mutex<Option<Events>>>) -> PyResult<Option<Strin
     }
 }
 
+/// The request's last output, the ones before it skipped here (not converted for Python).
+async fn last_event(events: Arc<Mutex<Option<Events>>>) -> PyResult<Option<String>> {
+    let mut guard = events.lock().await;
+    loop {
+        let Some(rx) = guard.as_mut() else {
+            return Ok(None);
+        };
+        match rx.recv().await {
+            Some(Event::Output(out)) if out.finished() => {
+                *guard = None;
+                return Ok(Some(output_json(&out).to_string()));
+            }
+            Some(Event::Output(_)) => {}
+            Some(Event::Failed { message, .. }) => {
+                *guard = None;
+                return Err(engine_error(message));
+            }
+            None => {
+                *guard = None;
+                return Ok(None);
+            }
+        }
+    }
+}
+
 #[pymethods]
 impl Stream {
     #[getter]
@@ -81,6 +106,17 @@ impl Stream {
     /// `next` as an awaitable.
     fn next_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         pyo3_async_runtimes::tokio::future_into_py(py, next_event(self.events.clone()))
+    }
+
+    /// The finished output as JSON, waiting for it (earlier outputs are skipped); `None` if
+    /// the request ended without one (aborted).
+    fn last(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        block_on(py, last_event(self.events.clone()))
+    }
+
+    /// `last` as an awaitable.
+    fn last_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        pyo3_async_runtimes::tokio::future_into_py(py, last_event(self.events.clone()))
     }
 
     /// Drops the stream unless a read is waiting on it (then `Engine.abort` ends it): a

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use infer_api::fields::parse_body;
-use infer_api::types::{DetokenizeRequest, TokenizeRequest};
+use infer_api::types::TokenizeRequest;
 use infer_web::ServerState;
 use pyo3::prelude::*;
 
@@ -41,10 +41,9 @@ impl Tokenizer {
     #[pyo3(signature = (token_ids, skip_special_tokens = true))]
     fn decode(&self, token_ids: Vec<u32>, skip_special_tokens: bool) -> PyResult<String> {
         let served = self.state.served();
-        let body = serde_json::json!({"tokens": token_ids}).to_string();
-        let req: DetokenizeRequest = parse_body(body.as_bytes()).map_err(|e| request_error(&e))?;
-        // `/detokenize` checks the ids; the text is decoded as asked.
-        served.detokenize(&req).map_err(|e| request_error(&e))?;
+        served
+            .check_token_ids(&token_ids, "token_ids")
+            .map_err(|e| request_error(&e))?;
         served
             .tokenizer
             .decode(&token_ids, skip_special_tokens)

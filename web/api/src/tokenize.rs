@@ -97,14 +97,20 @@ impl Served<'_> {
     /// vLLM's `/detokenize` reply: `{prompt}`; ids outside the vocabulary are a 400.
     pub fn detokenize(&self, req: &DetokenizeRequest) -> Result<serde_json::Value, RequestError> {
         self.check_model(req.model.as_deref())?;
-        let vocab = self.tokenizer.vocab_size() as u32;
-        if let Some(t) = req.tokens.iter().find(|&&t| t >= vocab) {
-            return Err(RequestError::bad_request(format!(
-                "token {t} is outside the vocabulary of {vocab}"
-            ))
-            .param("tokens"));
-        }
+        self.check_token_ids(&req.tokens, "tokens")?;
         let text = self.tokenizer.decode(&req.tokens, false)?;
         Ok(serde_json::json!({ "prompt": text }))
+    }
+
+    /// A 400 naming `param` for the first id outside the vocabulary.
+    pub fn check_token_ids(&self, ids: &[u32], param: &str) -> Result<(), RequestError> {
+        let vocab = self.tokenizer.vocab_size() as u32;
+        match ids.iter().find(|&&t| t >= vocab) {
+            Some(t) => Err(RequestError::bad_request(format!(
+                "token {t} is outside the vocabulary of {vocab}"
+            ))
+            .param(param)),
+            None => Ok(()),
+        }
     }
 }

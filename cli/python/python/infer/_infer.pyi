@@ -24,6 +24,9 @@ class Stream:
     def next(self) -> Optional[str]:
         """The next output (JSON), waiting without the GIL; None once the request is over."""
     async def next_async(self) -> Optional[str]: ...
+    def last(self) -> Optional[str]:
+        """The finished output (JSON), earlier ones skipped; None if it ended without one."""
+    async def last_async(self) -> Optional[str]: ...
     def close(self) -> None: ...
 
 class Reply:

@@ -13,7 +13,7 @@ from infer import _infer
 from infer.engine_args import EngineArgs, to_flags
 from infer.llm import PromptType, _split_prompt
 from infer.outputs import OutputBuilder, RequestOutput
-from infer.sampling_params import SamplingParams
+from infer.sampling_params import RequestOutputKind, SamplingParams
 from infer.tokenizer import Tokenizer
 
 
@@ -103,9 +103,11 @@ class AsyncLLM:
         builder = OutputBuilder(prompt if isinstance(prompt, str) else None, prepared.prompt_token_ids[0],
                                 prepared.n, params.output_kind, params.detokenize,
                                 params.logprobs is not None, self._tokenizer.token_text)
+        # Only the last output is wanted: the ones before it are skipped natively.
+        final_only = params.output_kind == RequestOutputKind.FINAL_ONLY
         try:
             while True:
-                event = await stream.next_async()
+                event = await (stream.last_async() if final_only else stream.next_async())
                 if event is None:
                     return
                 out = builder.push(event)

@@ -191,14 +191,9 @@ class LLM:
 
 
 def _drain(stream, builder: OutputBuilder) -> RequestOutput:
-    last = None
-    while True:
-        event = stream.next()
-        if event is None:
-            break
-        out = builder.push(event)
-        if out is not None:
-            last = out
-    if last is None:
+    """The request's final output; the engine's per-step outputs are skipped natively."""
+    event = stream.last()
+    out = builder.push(event) if event is not None else None
+    if out is None:
         raise RuntimeError(f"request {stream.request_id} ended without output")
-    return last
+    return out

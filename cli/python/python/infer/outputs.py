@@ -127,7 +127,7 @@ class OutputBuilder:
         prompt_logprobs = None
         if event.get("prompt_logprobs") is not None:
             prompt_logprobs = [None if e is None else _logprobs(e, self.name) for e in event["prompt_logprobs"]]
-        outputs = self.seqs if self.kind != RequestOutputKind.DELTA else self._deltas(finished)
+        outputs = self.seqs if self.kind != RequestOutputKind.DELTA else self._deltas()
         if not self.detokenize:
             outputs = [CompletionOutput(o.index, "", o.token_ids, o.cumulative_logprob, o.logprobs,
                                         o.finish_reason, o.stop_reason) for o in outputs]
@@ -144,17 +144,15 @@ class OutputBuilder:
                                 logprobs if self.want_logprobs else None, o["finish_reason"],
                                 o.get("stop_reason"))
 
-    def _deltas(self, finished: bool) -> List[CompletionOutput]:
+    def _deltas(self) -> List[CompletionOutput]:
+        """Each sequence's text, tokens and logprobs not handed out yet."""
         out = []
         for i, seq in enumerate(self.seqs):
-            t, k, lp = self.sent[i] if i < len(self.sent) else (0, 0, 0)
-            if finished and len(self.seqs) != len(self.sent):
-                t = k = lp = 0  # best_of / beam: the final sequences are new
+            t, k, lp = self.sent[i]
             new_lp = None if seq.logprobs is None else seq.logprobs[lp:]
             out.append(CompletionOutput(seq.index, seq.text[t:], seq.token_ids[k:], seq.cumulative_logprob,
                                         new_lp, seq.finish_reason, seq.stop_reason))
-            if i < len(self.sent):
-                self.sent[i] = (len(seq.text), len(seq.token_ids), len(seq.logprobs or []))
+            self.sent[i] = (len(seq.text), len(seq.token_ids), len(seq.logprobs or []))
         return out
 
 
