@@ -81,7 +81,8 @@ pub fn init_threads(threads: Option<usize>) -> Result<()> {
     build_pool(threads, true)
 }
 
-/// Builds rayon's global pool once per process; `caller_works`: the calling thread is one of
+/// Builds rayon's global pool once per process (and checks the CPU kernel level `INFER_CPU_ISA`
+/// names); `caller_works`: the calling thread is one of
 /// its workers (a thread that lives as long as the process: not an engine thread that a
 /// library's user may stop).
 pub fn build_pool(threads: Option<usize>, caller_works: bool) -> Result<()> {
@@ -97,6 +98,10 @@ pub fn build_pool(threads: Option<usize>, caller_works: bool) -> Result<()> {
         }
         return Ok(());
     }
+    // A level `INFER_CPU_ISA` names that this CPU lacks (or no level at all) is refused here,
+    // before the kernels fall back to the best level.
+    let isa = infer_cpu::Isa::from_env().map_err(anyhow::Error::msg)?;
+    tracing::info!(threads = n, kernels = %isa, "CPU");
     let mut pool = rayon::ThreadPoolBuilder::new().num_threads(n);
     if caller_works {
         pool = pool.use_current_thread();

@@ -183,3 +183,61 @@ fn throughput_and_overhead_benchmarks_report_json() {
     assert_eq!(v["batch_size"], 2);
     assert!(v["latency_p50_s"].as_f64().unwrap() > 0.0);
 }
+
+/// `INFER_CPU_ISA` forces each kernel level this CPU has (scalar, AVX2, AVX-512, NEON...): a
+/// single prompt (integer decode kernels) and three together (batched decode: the blocked
+/// kernels where the level has them) give the scalar level's greedy tokens. A level this CPU
+/// lacks, or one no CPU has, is refused by name.
+#[test]
+fn every_cpu_kernel_level_gives_the_scalar_levels_greedy_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.jsonl");
+    std::fs::write(
+        &file,
+        "{\"prompt\": \"The capital of France is\"}\n\
+         {\"prompt\": \"One, two, three,\"}\n\
+         {\"prompt\": \"def fibonacci(n):\"}\n",
+    )
+    .unwrap();
+    let model = smollm2_path();
+    let run = |isa: &str, batch: bool| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            &model,
+            "--temperature",
+            "0",
+            "--json",
+        ];
+        args.extend(["--max-tokens", "6", "--num-kv-blocks", "64"]);
+        if batch {
+            args.extend(["--prompts-file", file.to_str().unwrap()]);
+        } else {
+            args.extend(["--prompt", "The capital of France is"]);
+        }
+        std::process::Command::new(env!("CARGO_BIN_EXE_infer"))
+            .args(&args)
+            .env("HF_HUB_OFFLINE", "1")
+            .env(infer_cpu::ISA_ENV, isa)
+            .output()
+            .expect("running infer")
+    };
+    let tokens = |isa: &str, batch: bool| -> Vec<serde_json::Value> {
+        ok(&run(isa, batch))
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|l| l.get("token_ids").cloned())
+            .collect()
+    };
+    for batch in [false, true] {
+        let reference = tokens("scalar", batch);
+        assert_eq!(reference.len(), if batch { 3 } else { 1 });
+        for isa in infer_cpu::Isa::available() {
+            assert_eq!(tokens(isa.name(), batch), reference, "{isa}, batch {batch}");
+        }
+    }
+    fails_with(&run("sse9", false), "INFER_CPU_ISA=sse9: unknown level");
+    if let Some(lacking) = infer_cpu::Isa::all().iter().find(|i| !i.supported()) {
+        fails_with(&run(lacking.name(), false), "this CPU lacks it");
+    }
+}

@@ -3,12 +3,14 @@
 //! a GPU. By default quantized matrices (every GGUF quant type) stay packed as stored. Q4_0,
 //! Q4_1 and Q8_0 have f32 kernels that decode blocks inside the matmul (`quant`); the other
 //! types decode on the integer path on 8-bit activations and prefill on f32 tiles (`qdot`).
-//! Batched decode (2 to 64 rows) on AVX-512 CPUs takes register-blocked f32 kernels that decode
-//! the common block types in registers (`blocked`).
+//! Batched decode (2 to 64 rows) takes register-blocked f32 kernels that decode the common
+//! block types in registers (`blocked`: AVX-512, AVX2, NEON). Every vector kernel has a level
+//! (`Isa`: detected, or forced by `INFER_CPU_ISA`) and is tested against the scalar one.
 //! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
 mod attention;
 mod blocked;
+mod isa;
 mod kv_cache;
 mod matmul;
 mod moe;
@@ -26,10 +28,11 @@ use infer_core::{
     ProcessGroup, Result, RopeStyle,
 };
 
+pub use isa::{Isa, ISA_ENV};
 use kv_cache::copy_between;
 pub use kv_cache::CpuKvCache;
 pub use matmul::matmul;
-pub use qdot::{matmul_quantized, Activations, Isa};
+pub use qdot::{matmul_quantized, Activations};
 use tensor::Storage;
 pub use tensor::{CpuBatch, CpuTensor};
 

@@ -159,12 +159,12 @@ fn dot_rows_dispatch<B: Block>(w_row: &[u8], x: &[f32], x_sums: &[f32], k: usize
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if crate::isa::Isa::current().has_avx512() {
+            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
             return unsafe { by_rows!(dot_rows_avx512) };
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        if crate::isa::Isa::current().has_avx2() {
+            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
             return unsafe { by_rows!(dot_rows_avx2) };
         }
     }
@@ -223,12 +223,12 @@ fn dequantize_blocks_avx2<B: Block>(w: &[u8], out: &mut [f32]) {
 fn dequantize_dispatch<B: Block>(w: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if crate::isa::Isa::current().has_avx512() {
+            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
             return unsafe { dequantize_blocks_avx512::<B>(w, out) };
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        if crate::isa::Isa::current().has_avx2() {
+            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
             return unsafe { dequantize_blocks_avx2::<B>(w, out) };
         }
     }

@@ -73,12 +73,12 @@ pub(super) fn attend(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked just above).
+        if crate::isa::Isa::current().has_avx512() {
+            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
             return unsafe { attend_avx512(q, keys, hd, sm, scores, out) };
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        if crate::isa::Isa::current().has_avx2() {
+            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
             return unsafe { attend_avx2(q, keys, hd, sm, scores, out) };
         }
     }

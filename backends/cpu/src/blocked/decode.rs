@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
 
+use super::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::matmul::prefetch_ahead;
 use crate::quant::f16_table;
 
@@ -118,7 +119,6 @@ unsafe fn five_bit_codes(h: *const u8, q: *const u8) -> (__m512, __m512) {
     }
 }
 
-pub(super) struct Q5_0;
 impl Block for Q5_0 {
     const BYTES: usize = 22;
     #[inline(always)]
@@ -136,7 +136,6 @@ impl Block for Q5_0 {
     }
 }
 
-pub(super) struct Q5_1;
 impl Block for Q5_1 {
     const BYTES: usize = 24;
     #[inline(always)]
@@ -151,7 +150,6 @@ impl Block for Q5_1 {
     }
 }
 
-pub(super) struct Q4_0;
 impl Block for Q4_0 {
     const BYTES: usize = 18;
     #[inline(always)]
@@ -169,7 +167,6 @@ impl Block for Q4_0 {
     }
 }
 
-pub(super) struct Q4_1;
 impl Block for Q4_1 {
     const BYTES: usize = 20;
     #[inline(always)]
@@ -184,7 +181,6 @@ impl Block for Q4_1 {
     }
 }
 
-pub(super) struct Q8_0;
 impl Block for Q8_0 {
     const BYTES: usize = 34;
     #[inline(always)]

@@ -60,8 +60,8 @@ pub(crate) fn quantize_rows(x: &[f32], k: usize) -> Q8Rows {
         quantize(x, k)
     }
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+    if crate::isa::Isa::current().has_avx2() {
+        // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
         return unsafe { quantize_avx2(x, k) };
     }
     quantize(x, k)
@@ -125,8 +125,8 @@ pub(crate) fn round_trip(x: &mut [f32], residual: bool) {
         round_trip_groups(x, residual)
     }
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+    if crate::isa::Isa::current().has_avx2() {
+        // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
         return unsafe { round_trip_avx2(x, residual) };
     }
     round_trip_groups(x, residual)

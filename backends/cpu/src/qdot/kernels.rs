@@ -1,59 +1,9 @@
 //! Integer dot products of one decoded weight row (`UnpackedRow`) with R quantized activation
 //! rows at once: per 32 weights, eight 4-weight integer partial sums (AVX2 `maddubs` + `madd`,
-//! or one VNNI `dpbusd`), scaled in f32 by the weight scales and the activation block's scale.
+//! one VNNI `dpbusd`, NEON widening multiplies and pairwise adds or one `sdot` per four lanes),
+//! scaled in f32 by the weight scales and the activation block's scale.
 //! The weight codes and scales are loaded once for all R rows. The scalar kernel computes the
 //! same sums in plain Rust: the fallback and the tests' reference.
-
-/// Which kernels this CPU runs, detected once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isa {
-    Scalar,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    /// AVX-VNNI (`vpdpbusd` on 256-bit registers, Alder Lake / Zen 5 and later).
-    #[cfg(target_arch = "x86_64")]
-    AvxVnni,
-    /// AVX-512 VNNI with VL (Ice Lake / Zen 4 and later), used on 256-bit registers.
-    #[cfg(target_arch = "x86_64")]
-    Avx512Vnni,
-}
-
-impl Isa {
-    pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-            if avx2
-                && is_x86_feature_detected!("avx512vnni")
-                && is_x86_feature_detected!("avx512vl")
-            {
-                return Isa::Avx512Vnni;
-            }
-            if avx2 && is_x86_feature_detected!("avxvnni") {
-                return Isa::AvxVnni;
-            }
-            if avx2 {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Scalar
-    }
-
-    /// The kernels the tests compare with the scalar reference: this CPU's best and every
-    /// narrower one it also runs.
-    pub fn available() -> Vec<Isa> {
-        let best = Isa::detect();
-        let mut all = vec![Isa::Scalar];
-        #[cfg(target_arch = "x86_64")]
-        if best != Isa::Scalar {
-            all.push(Isa::Avx2);
-            if best != Isa::Avx2 {
-                all.push(best);
-            }
-        }
-        all
-    }
-}
 
 /// `Σ_c Σ_lanes scales[8c + lane] * xd[8c + lane] * (Σ of the lane's 4 code·x products)` for
 /// each of the R rows: the scalar form of the vector kernels' arithmetic.
@@ -167,4 +117,89 @@ pub(crate) mod x86 {
         "avx2,fma,avx512vnni,avx512vl",
         product_avx512vnni
     );
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod arm {
+    use std::arch::aarch64::*;
+
+    /// Four i32 lanes, lane i = Σ w[4i..4i+4] · x[4i..4i+4] over 16 signed bytes (unsigned
+    /// codes are 0..=63, so they read the same as `i8`), with plain NEON: widening multiplies
+    /// of the two halves, pairwise sums to 2 then 4 products.
+    #[target_feature(enable = "neon")]
+    #[inline]
+    pub(crate) fn product_neon(w: int8x16_t, x: int8x16_t) -> int32x4_t {
+        let lo = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+        let hi = vmull_high_s8(w, x);
+        vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi))
+    }
+
+    /// `product_neon` in one `sdot` (the dot-product extension). Its intrinsic is not stable
+    /// Rust yet, so the instruction is written out.
+    #[target_feature(enable = "neon,dotprod")]
+    #[inline]
+    pub(crate) fn product_sdot(w: int8x16_t, x: int8x16_t) -> int32x4_t {
+        let mut acc = vdupq_n_s32(0);
+        // SAFETY: `sdot` only reads and writes the three vector registers; this function runs
+        // only where the CPU has the dot-product extension (its target features).
+        unsafe {
+            std::arch::asm!(
+                "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
+                acc = inout(vreg) acc,
+                w = in(vreg) w,
+                x = in(vreg) x,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        acc
+    }
+
+    macro_rules! dot_kernel {
+        ($name:ident, $features:literal, $product:ident) => {
+            /// The NEON form of `dot_scalar`: per 32 codes two 16-code products whose lanes line
+            /// up with the eight per-lane scales (lanes 0..4: weights 0..16, 4..8: 16..32).
+            ///
+            /// # Safety
+            /// The CPU must have the enabled features; `codes` holds whole 32-code chunks,
+            /// `scales` 8 per chunk, every `x[r]` as many codes and `xd[r]` 8 per chunk.
+            #[target_feature(enable = $features)]
+            #[inline]
+            pub(crate) unsafe fn $name<const SIGNED: bool, const R: usize>(
+                codes: &[u8],
+                scales: &[f32],
+                x: &[&[i8]; R],
+                xd: &[&[f32]; R],
+            ) -> [f32; R] {
+                let chunks = codes.len() / 32;
+                debug_assert!(scales.len() >= 8 * chunks);
+                debug_assert!(
+                    (0..R).all(|r| x[r].len() >= 32 * chunks && xd[r].len() >= 8 * chunks)
+                );
+                let mut acc = [(vdupq_n_f32(0.0), vdupq_n_f32(0.0)); R];
+                for c in 0..chunks {
+                    // SAFETY: every load is in bounds by the caller's contract (checked in
+                    // debug builds above).
+                    unsafe {
+                        let w = codes.as_ptr().add(32 * c).cast::<i8>();
+                        let (w0, w1) = (vld1q_s8(w), vld1q_s8(w.add(16)));
+                        let s = scales.as_ptr().add(8 * c);
+                        let (s0, s1) = (vld1q_f32(s), vld1q_f32(s.add(4)));
+                        for r in 0..R {
+                            let xp = x[r].as_ptr().add(32 * c);
+                            let p0 = vcvtq_f32_s32($product(w0, vld1q_s8(xp)));
+                            let p1 = vcvtq_f32_s32($product(w1, vld1q_s8(xp.add(16))));
+                            let d = xd[r].as_ptr().add(8 * c);
+                            let (d0, d1) = (vld1q_f32(d), vld1q_f32(d.add(4)));
+                            acc[r].0 = vfmaq_f32(acc[r].0, p0, vmulq_f32(s0, d0));
+                            acc[r].1 = vfmaq_f32(acc[r].1, p1, vmulq_f32(s1, d1));
+                        }
+                    }
+                }
+                acc.map(|(a, b)| vaddvq_f32(vaddq_f32(a, b)))
+            }
+        };
+    }
+
+    dot_kernel!(dot_neon, "neon", product_neon);
+    dot_kernel!(dot_neon_sdot, "neon,dotprod", product_sdot);
 }

@@ -1,11 +1,12 @@
 //! Matmul on quantized weights kept as stored (every GGUF quant type we read).
 //!
-//! Single-row decode (up to `INT_MAX_M` rows on CPUs without AVX-512) takes the integer path
+//! Single-row decode (a few rows more: `integer_max_m`) takes the integer path
 //! llama.cpp takes: the activation rows are quantized once to 8 bits (`activations`) and each
 //! packed weight row is dotted with every activation row in integer arithmetic: on x86 the
 //! common types decode their blocks in registers inside the dot (`fused`); the rest, and other
-//! CPUs, decode the row once to codes and scales (`unpack`) for the generic kernels (`kernels`,
-//! dispatched on the CPU's features; the scalar one is the tests' reference). More rows go to
+//! CPUs, decode the row once to codes and scales (`unpack`) for the generic kernels (`kernels`:
+//! AVX2, VNNI, NEON with or without `sdot`, picked by `Isa`; the scalar one is the tests'
+//! reference). More rows go to
 //! f32 kernels (`blocked` for batched decode, GEMM on decoded tiles for prefill) on the
 //! activations the integer kernels would see (`Prepared`), so results do not depend on the
 //! batch size.
@@ -19,36 +20,31 @@ mod tests;
 mod unpack;
 
 use std::cell::RefCell;
-use std::sync::OnceLock;
 
 use infer_core::gguf::GgmlType;
 
 use crate::blocked::{self, Weights};
+use crate::isa::Isa;
 use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile};
-use activations::{quantize_residual, quantize_rows, round_trip, Q8Rows, XRow};
+use activations::{quantize_residual, quantize_rows, round_trip, Q8Rows};
 use kernels::dot_scalar;
-pub use kernels::Isa;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use kernels::x86::hsum as hsum_avx2;
 use unpack::{codes_of, unpack_row, Codes, UnpackedRow};
 
-/// Up to this many activation rows take the integer path where the CPU lacks AVX-512. Above it
-/// the f32 GEMM's blocking wins (measured with `infer bench latency`, see the README).
+/// Up to this many activation rows take the integer path on CPU levels without blocked kernels
+/// (`blocked`). Above it the f32 GEMM's blocking wins (measured with `infer bench latency`, see
+/// the README).
 pub(crate) const INT_MAX_M: usize = 8;
 
-/// Rows up to which the integer path runs: with AVX-512 only one, as the register-blocked f32
-/// kernels (`blocked`) beat it from two rows (SmolLM2 Q4_K_M: 66 vs 58 tok/s per request at
-/// batch 2, 48 vs 32 at 4, 32 vs 17 at 8), and the integer kernels keep single-row decode
-/// (96 vs 75).
+/// Rows up to which the integer path runs: below the row count from which the register-blocked
+/// f32 kernels (`blocked`) beat it on this level; single-row decode always stays integer.
 fn integer_max_m() -> usize {
-    if blocked::available() {
-        1
-    } else {
-        INT_MAX_M
-    }
+    blocked::faster_than_integer_from().map_or(INT_MAX_M, |from| from - 1)
 }
 
 fn isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(Isa::detect)
+    Isa::current()
 }
 
 thread_local! {
@@ -147,7 +143,8 @@ pub(crate) struct Job<'a> {
     pub planes: &'a [Q8Rows],
     pub m: usize,
     /// (output row, activation row) for every row of every plane, listed once per matmul.
-    pub rows: Vec<(usize, XRow<'a>)>,
+    #[cfg(target_arch = "x86_64")]
+    pub rows: Vec<(usize, activations::XRow<'a>)>,
 }
 
 /// The integer path on the kernels of `isa` (tests pick each one).
@@ -187,6 +184,7 @@ fn matmul_planes(
         row_bytes,
         planes,
         m,
+        #[cfg(target_arch = "x86_64")]
         rows: (0..m)
             .flat_map(|r| planes.iter().map(move |x| (r, x.row(r))))
             .collect(),
@@ -196,11 +194,11 @@ fn matmul_planes(
         let w_tile = &w[c0 * row_bytes..c1 * row_bytes];
         #[cfg(target_arch = "x86_64")]
         if fused::has_fused(dtype) {
-            // SAFETY (all three arms): `Isa::detect` found the CPU features each tile needs
-            // (tests only pick ISAs from `Isa::available`); `w_tile` holds whole rows.
+            // SAFETY (every arm): `isa` is supported by this CPU (`Isa::current` and
+            // `Isa::available` only give such levels); `w_tile` holds whole rows.
             match isa {
                 Isa::Scalar => {}
-                Isa::Avx2 => return unsafe { fused::tile_avx2(&job, w_tile, part) },
+                Isa::Avx2 | Isa::Avx512 => return unsafe { fused::tile_avx2(&job, w_tile, part) },
                 Isa::AvxVnni => return unsafe { fused::tile_avxvnni(&job, w_tile, part) },
                 Isa::Avx512Vnni => return unsafe { fused::tile_avx512vnni(&job, w_tile, part) },
             }
@@ -209,16 +207,22 @@ fn matmul_planes(
         match (isa, signed) {
             (Isa::Scalar, false) => tile::<ScalarDot, false>(&job, w_tile, part, &mut row),
             (Isa::Scalar, true) => tile::<ScalarDot, true>(&job, w_tile, part, &mut row),
-            // SAFETY (all three arms): `Isa::detect` found the CPU features each tile needs;
-            // tests only pick ISAs from `Isa::available`.
+            // SAFETY (every arm): `isa` is supported by this CPU (`Isa::current` and
+            // `Isa::available` only give such levels).
             #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2, s) => unsafe { x86_tiles::avx2(s, &job, w_tile, part, &mut row) },
+            (Isa::Avx2 | Isa::Avx512, s) => unsafe {
+                x86_tiles::avx2(s, &job, w_tile, part, &mut row)
+            },
             #[cfg(target_arch = "x86_64")]
             (Isa::AvxVnni, s) => unsafe { x86_tiles::avxvnni(s, &job, w_tile, part, &mut row) },
             #[cfg(target_arch = "x86_64")]
             (Isa::Avx512Vnni, s) => unsafe {
                 x86_tiles::avx512vnni(s, &job, w_tile, part, &mut row)
             },
+            #[cfg(target_arch = "aarch64")]
+            (Isa::Neon, s) => unsafe { arm_tiles::neon(s, &job, w_tile, part, &mut row) },
+            #[cfg(target_arch = "aarch64")]
+            (Isa::NeonDot, s) => unsafe { arm_tiles::neon_dot(s, &job, w_tile, part, &mut row) },
         }
         ROW.set(row);
     })
@@ -321,56 +325,65 @@ fn offsets_dot(offsets: &[f32], sums: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// A `RowDot` for a vector kernel of `kernels`, and `tile` compiled with its features (so
+/// decoding vectorizes with them too).
+macro_rules! isa_tile {
+    ($tile:ident, $dot_type:ident, $module:ident::$kernel:ident, $features:literal) => {
+        struct $dot_type;
+        impl RowDot for $dot_type {
+            #[inline(always)]
+            unsafe fn dot<const SIGNED: bool, const R: usize>(
+                codes: &[u8],
+                scales: &[f32],
+                x: &[&[i8]; R],
+                xd: &[&[f32]; R],
+            ) -> [f32; R] {
+                // SAFETY: forwarded from the caller (see `RowDot::dot`).
+                unsafe { $module::$kernel::<SIGNED, R>(codes, scales, x, xd) }
+            }
+        }
+
+        /// # Safety
+        /// The CPU must have the enabled features.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $tile(
+            signed: bool,
+            job: &Job,
+            w_tile: &[u8],
+            part: &mut [f32],
+            row: &mut UnpackedRow,
+        ) {
+            if signed {
+                tile::<$dot_type, true>(job, w_tile, part, row)
+            } else {
+                tile::<$dot_type, false>(job, w_tile, part, row)
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86_tiles {
     use super::*;
     use crate::qdot::kernels::x86;
 
-    macro_rules! isa_tile {
-        ($tile:ident, $dot_type:ident, $kernel:ident, $features:literal) => {
-            struct $dot_type;
-            impl RowDot for $dot_type {
-                #[inline(always)]
-                unsafe fn dot<const SIGNED: bool, const R: usize>(
-                    codes: &[u8],
-                    scales: &[f32],
-                    x: &[&[i8]; R],
-                    xd: &[&[f32]; R],
-                ) -> [f32; R] {
-                    // SAFETY: forwarded from the caller (see `RowDot::dot`).
-                    unsafe { x86::$kernel::<SIGNED, R>(codes, scales, x, xd) }
-                }
-            }
-
-            /// `tile` compiled for these features, so decoding vectorizes with them too.
-            ///
-            /// # Safety
-            /// The CPU must have the enabled features.
-            #[target_feature(enable = $features)]
-            pub(super) unsafe fn $tile(
-                signed: bool,
-                job: &Job,
-                w_tile: &[u8],
-                part: &mut [f32],
-                row: &mut UnpackedRow,
-            ) {
-                if signed {
-                    tile::<$dot_type, true>(job, w_tile, part, row)
-                } else {
-                    tile::<$dot_type, false>(job, w_tile, part, row)
-                }
-            }
-        };
-    }
-
-    isa_tile!(avx2, Avx2Dot, dot_avx2, "avx2,fma");
-    isa_tile!(avxvnni, AvxVnniDot, dot_avxvnni, "avx2,fma,avxvnni");
+    isa_tile!(avx2, Avx2Dot, x86::dot_avx2, "avx2,fma");
+    isa_tile!(avxvnni, AvxVnniDot, x86::dot_avxvnni, "avx2,fma,avxvnni");
     isa_tile!(
         avx512vnni,
         Avx512VnniDot,
-        dot_avx512vnni,
+        x86::dot_avx512vnni,
         "avx2,fma,avx512vnni,avx512vl"
     );
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm_tiles {
+    use super::*;
+    use crate::qdot::kernels::arm;
+
+    isa_tile!(neon, NeonDot, arm::dot_neon, "neon");
+    isa_tile!(neon_dot, NeonSdot, arm::dot_neon_sdot, "neon,dotprod");
 }
 
 /// `w = scale * code + offset` for a decoded row.
@@ -416,8 +429,8 @@ fn dequantize_rows(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
         body(dtype, w, k, out)
     }
     #[cfg(target_arch = "x86_64")]
-    if isa() != Isa::Scalar {
-        // SAFETY: every ISA but `Scalar` implies AVX2 and FMA (`Isa::detect`); `w` holds
+    if isa().has_avx2() {
+        // SAFETY: the level has AVX2 and FMA, and this CPU runs it (`Isa::current`); `w` holds
         // whole rows of `k` weights and `out` room for them (callers' contract).
         return unsafe {
             if fused::has_fused(dtype) {
