@@ -31,18 +31,6 @@ enum Kernels {
     Neon,
 }
 
-/// The GGUF block layouts the kernels decode; each level implements its `Block` for them.
-#[allow(non_camel_case_types)]
-struct Q4_0;
-#[allow(non_camel_case_types)]
-struct Q4_1;
-#[allow(non_camel_case_types)]
-struct Q5_0;
-#[allow(non_camel_case_types)]
-struct Q5_1;
-#[allow(non_camel_case_types)]
-struct Q8_0;
-
 fn kernels_for(isa: Isa) -> Option<Kernels> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -139,7 +127,8 @@ fn into_part_at(isa: Isa, x: &[f32], rows: Weights, m: usize, k: usize, part: &m
     /// One level's `tile` on its row readers for each layout.
     macro_rules! by_layout {
         ($level:ident) => {{
-            use $level::{tile, BlockRows, F32Rows};
+            use rows::{BlockRows, F32Rows, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+            use $level::tile;
             // SAFETY (every arm): `supports_at` checked that this CPU runs `isa`, whose
             // kernels these are. Each `Rows` checks that its data holds whole rows of `k`,
             // `tile` that `part` is [m, rows].
@@ -223,6 +212,8 @@ macro_rules! blocked_tile {
         }
     };
 }
+
+mod rows;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -5,11 +5,8 @@
 //! ones.
 
 use std::arch::x86_64::*;
-use std::marker::PhantomData;
 
-use super::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use crate::matmul::prefetch_ahead;
-use crate::quant::f16_table;
+use super::rows::{BlockRows, F32Rows, Layout, RowSource, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 
 /// Activation rows per kernel call and weight rows decoded per quarter. 6 × 2 decodes each
 /// quarter for 6 rows; 4 × 3 (12 accumulators too) decoded it for 4 and ran 10-40 % slower at
@@ -18,9 +15,7 @@ pub(super) const MR: usize = 6;
 pub(super) const NR: usize = 2;
 
 /// Rows of `k` weights, read 8 at a time.
-pub(super) trait Rows {
-    fn len(&self) -> usize;
-    fn prefetch(&self, j: usize);
+pub(super) trait Rows: RowSource {
     /// Weights `32 * blk + 8 * q ..` (8 of them) of row `j`.
     ///
     /// # Safety
@@ -28,36 +23,16 @@ pub(super) trait Rows {
     unsafe fn quarter(&self, j: usize, blk: usize, q: usize) -> __m256;
 }
 
-pub(super) struct F32Rows<'a> {
-    data: &'a [f32],
-    k: usize,
-}
-
-impl<'a> F32Rows<'a> {
-    pub fn new(data: &'a [f32], k: usize) -> Self {
-        assert!(data.len().is_multiple_of(k), "blocked: f32 rows of {k}");
-        F32Rows { data, k }
-    }
-}
-
 impl Rows for F32Rows<'_> {
-    fn len(&self) -> usize {
-        self.data.len() / self.k
-    }
-    #[inline(always)]
-    fn prefetch(&self, j: usize) {
-        prefetch_ahead(self.data, j, self.k);
-    }
     #[inline(always)]
     unsafe fn quarter(&self, j: usize, blk: usize, q: usize) -> __m256 {
         // SAFETY: the caller's contract puts the 8 floats inside row j.
-        unsafe { _mm256_loadu_ps(self.data.as_ptr().add(j * self.k + blk * 32 + q * 8)) }
+        unsafe { _mm256_loadu_ps(self.block_ptr(j, blk).add(q * 8)) }
     }
 }
 
 /// A 32-weight GGUF block layout, decoded a quarter at a time.
-pub(super) trait Block {
-    const BYTES: usize;
+pub(super) trait Block: Layout {
     /// # Safety
     /// AVX2 and FMA; `b` points at `BYTES` readable bytes; `q < 4`.
     unsafe fn quarter(b: *const u8, q: usize, table: &[f32]) -> __m256;
@@ -111,7 +86,6 @@ unsafe fn five_bit_codes(h: *const u8, qs: *const u8, q: usize) -> __m256 {
 }
 
 impl Block for Q4_0 {
-    const BYTES: usize = 18;
     #[inline(always)]
     unsafe fn quarter(b: *const u8, q: usize, table: &[f32]) -> __m256 {
         // SAFETY: the caller's contract (f16 d, 16 bytes of codes).
@@ -123,7 +97,6 @@ impl Block for Q4_0 {
 }
 
 impl Block for Q4_1 {
-    const BYTES: usize = 20;
     #[inline(always)]
     unsafe fn quarter(b: *const u8, q: usize, table: &[f32]) -> __m256 {
         // SAFETY: the caller's contract (f16 d, f16 m, 16 bytes of codes).
@@ -135,7 +108,6 @@ impl Block for Q4_1 {
 }
 
 impl Block for Q5_0 {
-    const BYTES: usize = 22;
     #[inline(always)]
     unsafe fn quarter(b: *const u8, q: usize, table: &[f32]) -> __m256 {
         // SAFETY: the caller's contract (f16 d, u32 qh, 16 bytes of codes).
@@ -147,7 +119,6 @@ impl Block for Q5_0 {
 }
 
 impl Block for Q5_1 {
-    const BYTES: usize = 24;
     #[inline(always)]
     unsafe fn quarter(b: *const u8, q: usize, table: &[f32]) -> __m256 {
         // SAFETY: the caller's contract (f16 d, f16 m, u32 qh, 16 bytes of codes).
@@ -159,7 +130,6 @@ impl Block for Q5_1 {
 }
 
 impl Block for Q8_0 {
-    const BYTES: usize = 34;
     #[inline(always)]
     unsafe fn quarter(b: *const u8, q: usize, table: &[f32]) -> __m256 {
         // SAFETY: the caller's contract (f16 d, 32 signed codes).
@@ -170,44 +140,11 @@ impl Block for Q8_0 {
     }
 }
 
-pub(super) struct BlockRows<'a, B> {
-    data: &'a [u8],
-    row_bytes: usize,
-    table: &'static [f32],
-    block: PhantomData<B>,
-}
-
-impl<'a, B: Block> BlockRows<'a, B> {
-    pub fn new(data: &'a [u8], k: usize) -> Self {
-        let row_bytes = k / 32 * B::BYTES;
-        assert!(
-            k.is_multiple_of(32) && data.len().is_multiple_of(row_bytes),
-            "blocked: packed rows of {k}"
-        );
-        BlockRows {
-            data,
-            row_bytes,
-            table: f16_table(),
-            block: PhantomData,
-        }
-    }
-}
-
 impl<B: Block> Rows for BlockRows<'_, B> {
-    fn len(&self) -> usize {
-        self.data.len() / self.row_bytes
-    }
-    #[inline(always)]
-    fn prefetch(&self, j: usize) {
-        prefetch_ahead(self.data, j, self.row_bytes);
-    }
     #[inline(always)]
     unsafe fn quarter(&self, j: usize, blk: usize, q: usize) -> __m256 {
-        // SAFETY: the caller's contract puts block `blk` of row `j` inside `data`.
-        unsafe {
-            let b = self.data.as_ptr().add(j * self.row_bytes + blk * B::BYTES);
-            B::quarter(b, q, self.table)
-        }
+        // SAFETY: the caller's contract puts block `blk` of row `j` inside the data.
+        unsafe { B::quarter(self.block_ptr(j, blk), q, self.table) }
     }
 }
 

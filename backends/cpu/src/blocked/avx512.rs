@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-pub(super) use super::decode::{BlockRows, F32Rows, Rows};
+use super::decode::Rows;
 
 /// Activation rows per kernel call and weight rows decoded per block: 8 × 3 accumulators,
 /// 6 decoded weight halves and 2 activation halves fill the 32 vector registers.

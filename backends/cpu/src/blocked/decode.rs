@@ -3,17 +3,11 @@
 //! it, so the values are the same bits) or loaded from f32 rows.
 
 use std::arch::x86_64::*;
-use std::marker::PhantomData;
 
-use super::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use crate::matmul::prefetch_ahead;
-use crate::quant::f16_table;
+use super::rows::{BlockRows, F32Rows, Layout, RowSource, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 
-/// Rows of `k` weights.
-pub(super) trait Rows {
-    fn len(&self) -> usize;
-    /// Hints the cache about the row a few after `j`.
-    fn prefetch(&self, j: usize);
+/// Rows of `k` weights, a block at a time.
+pub(super) trait Rows: RowSource {
     /// Weights `32 * blk ..` of row `j`, as (first 16, last 16).
     ///
     /// # Safety
@@ -21,39 +15,19 @@ pub(super) trait Rows {
     unsafe fn block(&self, j: usize, blk: usize) -> (__m512, __m512);
 }
 
-pub(super) struct F32Rows<'a> {
-    data: &'a [f32],
-    k: usize,
-}
-
-impl<'a> F32Rows<'a> {
-    pub fn new(data: &'a [f32], k: usize) -> Self {
-        assert!(data.len().is_multiple_of(k), "blocked: f32 rows of {k}");
-        F32Rows { data, k }
-    }
-}
-
 impl Rows for F32Rows<'_> {
-    fn len(&self) -> usize {
-        self.data.len() / self.k
-    }
-    #[inline(always)]
-    fn prefetch(&self, j: usize) {
-        prefetch_ahead(self.data, j, self.k);
-    }
     #[inline(always)]
     unsafe fn block(&self, j: usize, blk: usize) -> (__m512, __m512) {
         // SAFETY: the caller's contract puts the 32 floats inside row j.
         unsafe {
-            let p = self.data.as_ptr().add(j * self.k + blk * 32);
+            let p = self.block_ptr(j, blk);
             (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
         }
     }
 }
 
 /// A 32-weight GGUF block layout.
-pub(super) trait Block {
-    const BYTES: usize;
+pub(super) trait Block: Layout {
     /// # Safety
     /// AVX-512F; `b` points at `BYTES` readable bytes.
     unsafe fn decode(b: *const u8, table: &[f32]) -> (__m512, __m512);
@@ -120,7 +94,6 @@ unsafe fn five_bit_codes(h: *const u8, q: *const u8) -> (__m512, __m512) {
 }
 
 impl Block for Q5_0 {
-    const BYTES: usize = 22;
     #[inline(always)]
     unsafe fn decode(b: *const u8, table: &[f32]) -> (__m512, __m512) {
         // SAFETY: the caller's contract (22 bytes: f16 d, u32 qh, 16 bytes of codes).
@@ -137,7 +110,6 @@ impl Block for Q5_0 {
 }
 
 impl Block for Q5_1 {
-    const BYTES: usize = 24;
     #[inline(always)]
     unsafe fn decode(b: *const u8, table: &[f32]) -> (__m512, __m512) {
         // SAFETY: the caller's contract (24 bytes: f16 d, f16 m, u32 qh, 16 bytes of codes).
@@ -151,7 +123,6 @@ impl Block for Q5_1 {
 }
 
 impl Block for Q4_0 {
-    const BYTES: usize = 18;
     #[inline(always)]
     unsafe fn decode(b: *const u8, table: &[f32]) -> (__m512, __m512) {
         // SAFETY: the caller's contract (18 bytes: f16 d, 16 bytes of codes).
@@ -168,7 +139,6 @@ impl Block for Q4_0 {
 }
 
 impl Block for Q4_1 {
-    const BYTES: usize = 20;
     #[inline(always)]
     unsafe fn decode(b: *const u8, table: &[f32]) -> (__m512, __m512) {
         // SAFETY: the caller's contract (20 bytes: f16 d, f16 m, 16 bytes of codes).
@@ -182,7 +152,6 @@ impl Block for Q4_1 {
 }
 
 impl Block for Q8_0 {
-    const BYTES: usize = 34;
     #[inline(always)]
     unsafe fn decode(b: *const u8, table: &[f32]) -> (__m512, __m512) {
         // SAFETY: the caller's contract (34 bytes: f16 d, 32 signed codes).
@@ -198,45 +167,10 @@ impl Block for Q8_0 {
     }
 }
 
-pub(super) struct BlockRows<'a, B> {
-    data: &'a [u8],
-    row_bytes: usize,
-    table: &'static [f32],
-    block: PhantomData<B>,
-}
-
-impl<'a, B: Block> BlockRows<'a, B> {
-    pub fn new(data: &'a [u8], k: usize) -> Self {
-        let row_bytes = k / 32 * B::BYTES;
-        assert!(
-            k.is_multiple_of(32) && data.len().is_multiple_of(row_bytes),
-            "blocked: packed rows of {k}"
-        );
-        BlockRows {
-            data,
-            row_bytes,
-            table: f16_table(),
-            block: PhantomData,
-        }
-    }
-}
-
 impl<B: Block> Rows for BlockRows<'_, B> {
-    fn len(&self) -> usize {
-        self.data.len() / self.row_bytes
-    }
-    #[inline(always)]
-    fn prefetch(&self, j: usize) {
-        prefetch_ahead(self.data, j, self.row_bytes);
-    }
     #[inline(always)]
     unsafe fn block(&self, j: usize, blk: usize) -> (__m512, __m512) {
-        // SAFETY: the caller's contract puts block `blk` of row `j` inside `data`.
-        unsafe {
-            B::decode(
-                self.data.as_ptr().add(j * self.row_bytes + blk * B::BYTES),
-                self.table,
-            )
-        }
+        // SAFETY: the caller's contract puts block `blk` of row `j` inside the data.
+        unsafe { B::decode(self.block_ptr(j, blk), self.table) }
     }
 }

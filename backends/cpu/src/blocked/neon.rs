@@ -4,11 +4,8 @@
 //! leave room for the decoding. The decoders give the bits `GgmlType::dequantize` gives.
 
 use std::arch::aarch64::*;
-use std::marker::PhantomData;
 
-use super::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use crate::matmul::prefetch_ahead;
-use crate::quant::f16_table;
+use super::rows::{BlockRows, F32Rows, Layout, RowSource, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 
 pub(super) const MR: usize = 8;
 pub(super) const NR: usize = 2;
@@ -17,9 +14,7 @@ pub(super) const NR: usize = 2;
 type Eighth = (float32x4_t, float32x4_t);
 
 /// Rows of `k` weights, read 8 at a time.
-pub(super) trait Rows {
-    fn len(&self) -> usize;
-    fn prefetch(&self, j: usize);
+pub(super) trait Rows: RowSource {
     /// Weights `32 * blk + 8 * e ..` (8 of them) of row `j`.
     ///
     /// # Safety
@@ -27,39 +22,19 @@ pub(super) trait Rows {
     unsafe fn eighth(&self, j: usize, blk: usize, e: usize) -> Eighth;
 }
 
-pub(super) struct F32Rows<'a> {
-    data: &'a [f32],
-    k: usize,
-}
-
-impl<'a> F32Rows<'a> {
-    pub fn new(data: &'a [f32], k: usize) -> Self {
-        assert!(data.len().is_multiple_of(k), "blocked: f32 rows of {k}");
-        F32Rows { data, k }
-    }
-}
-
 impl Rows for F32Rows<'_> {
-    fn len(&self) -> usize {
-        self.data.len() / self.k
-    }
-    #[inline(always)]
-    fn prefetch(&self, j: usize) {
-        prefetch_ahead(self.data, j, self.k);
-    }
     #[inline(always)]
     unsafe fn eighth(&self, j: usize, blk: usize, e: usize) -> Eighth {
         // SAFETY: the caller's contract puts the 8 floats inside row j.
         unsafe {
-            let p = self.data.as_ptr().add(j * self.k + blk * 32 + e * 8);
+            let p = self.block_ptr(j, blk).add(e * 8);
             (vld1q_f32(p), vld1q_f32(p.add(4)))
         }
     }
 }
 
 /// A 32-weight GGUF block layout, decoded an eighth at a time.
-pub(super) trait Block {
-    const BYTES: usize;
+pub(super) trait Block: Layout {
     /// # Safety
     /// `b` points at `BYTES` readable bytes; `e < 4`.
     unsafe fn eighth(b: *const u8, e: usize, table: &[f32]) -> Eighth;
@@ -148,7 +123,6 @@ fn affine((lo, hi): Eighth, d: f32, m: f32) -> Eighth {
 }
 
 impl Block for Q4_0 {
-    const BYTES: usize = 18;
     #[inline(always)]
     unsafe fn eighth(b: *const u8, e: usize, table: &[f32]) -> Eighth {
         // SAFETY: the caller's contract (f16 d, 16 bytes of codes).
@@ -157,7 +131,6 @@ impl Block for Q4_0 {
 }
 
 impl Block for Q4_1 {
-    const BYTES: usize = 20;
     #[inline(always)]
     unsafe fn eighth(b: *const u8, e: usize, table: &[f32]) -> Eighth {
         // SAFETY: the caller's contract (f16 d, f16 m, 16 bytes of codes).
@@ -169,7 +142,6 @@ impl Block for Q4_1 {
 }
 
 impl Block for Q5_0 {
-    const BYTES: usize = 22;
     #[inline(always)]
     unsafe fn eighth(b: *const u8, e: usize, table: &[f32]) -> Eighth {
         // SAFETY: the caller's contract (f16 d, u32 qh, 16 bytes of codes).
@@ -184,7 +156,6 @@ impl Block for Q5_0 {
 }
 
 impl Block for Q5_1 {
-    const BYTES: usize = 24;
     #[inline(always)]
     unsafe fn eighth(b: *const u8, e: usize, table: &[f32]) -> Eighth {
         // SAFETY: the caller's contract (f16 d, f16 m, u32 qh, 16 bytes of codes).
@@ -196,7 +167,6 @@ impl Block for Q5_1 {
 }
 
 impl Block for Q8_0 {
-    const BYTES: usize = 34;
     #[inline(always)]
     unsafe fn eighth(b: *const u8, e: usize, table: &[f32]) -> Eighth {
         // SAFETY: the caller's contract (f16 d, 32 signed codes).
@@ -211,44 +181,11 @@ impl Block for Q8_0 {
     }
 }
 
-pub(super) struct BlockRows<'a, B> {
-    data: &'a [u8],
-    row_bytes: usize,
-    table: &'static [f32],
-    block: PhantomData<B>,
-}
-
-impl<'a, B: Block> BlockRows<'a, B> {
-    pub fn new(data: &'a [u8], k: usize) -> Self {
-        let row_bytes = k / 32 * B::BYTES;
-        assert!(
-            k.is_multiple_of(32) && data.len().is_multiple_of(row_bytes),
-            "blocked: packed rows of {k}"
-        );
-        BlockRows {
-            data,
-            row_bytes,
-            table: f16_table(),
-            block: PhantomData,
-        }
-    }
-}
-
 impl<B: Block> Rows for BlockRows<'_, B> {
-    fn len(&self) -> usize {
-        self.data.len() / self.row_bytes
-    }
-    #[inline(always)]
-    fn prefetch(&self, j: usize) {
-        prefetch_ahead(self.data, j, self.row_bytes);
-    }
     #[inline(always)]
     unsafe fn eighth(&self, j: usize, blk: usize, e: usize) -> Eighth {
-        // SAFETY: the caller's contract puts block `blk` of row `j` inside `data`.
-        unsafe {
-            let b = self.data.as_ptr().add(j * self.row_bytes + blk * B::BYTES);
-            B::eighth(b, e, self.table)
-        }
+        // SAFETY: the caller's contract puts block `blk` of row `j` inside the data.
+        unsafe { B::eighth(self.block_ptr(j, blk), e, self.table) }
     }
 }
 
