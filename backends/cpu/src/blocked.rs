@@ -45,6 +45,7 @@ fn kernels_for(isa: Isa) -> Option<Kernels> {
     if isa != Isa::Scalar {
         return Some(Kernels::Neon);
     }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = isa;
     None
 }

@@ -36,6 +36,23 @@ pub(crate) fn dot_scalar<const SIGNED: bool, const R: usize>(
     out
 }
 
+/// The 32-code chunks of a vector kernel's row, its inputs' sizes checked in debug builds (the
+/// kernels' safety contract: `scales` 8 per chunk, every `x[r]` as many codes, `xd[r]` 8 per
+/// chunk).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(always)]
+fn chunks_checked<const R: usize>(
+    codes: &[u8],
+    scales: &[f32],
+    x: &[&[i8]; R],
+    xd: &[&[f32]; R],
+) -> usize {
+    let chunks = codes.len() / 32;
+    debug_assert!(scales.len() >= 8 * chunks);
+    debug_assert!((0..R).all(|r| x[r].len() >= 32 * chunks && xd[r].len() >= 8 * chunks));
+    chunks
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
@@ -83,15 +100,11 @@ pub(crate) mod x86 {
                 x: &[&[i8]; R],
                 xd: &[&[f32]; R],
             ) -> [f32; R] {
-                let chunks = codes.len() / 32;
-                debug_assert!(scales.len() >= 8 * chunks);
-                debug_assert!(
-                    (0..R).all(|r| x[r].len() >= 32 * chunks && xd[r].len() >= 8 * chunks)
-                );
+                let chunks = super::chunks_checked(codes, scales, x, xd);
                 let mut acc = [_mm256_setzero_ps(); R];
                 for c in 0..chunks {
                     // SAFETY: every load is in bounds by the caller's contract (checked in
-                    // debug builds above); unaligned loads are used throughout.
+                    // debug builds by `chunks_checked`); unaligned loads throughout.
                     unsafe {
                         let w = _mm256_loadu_si256(codes.as_ptr().add(32 * c).cast());
                         let s = _mm256_loadu_ps(scales.as_ptr().add(8 * c));
@@ -170,15 +183,11 @@ pub(crate) mod arm {
                 x: &[&[i8]; R],
                 xd: &[&[f32]; R],
             ) -> [f32; R] {
-                let chunks = codes.len() / 32;
-                debug_assert!(scales.len() >= 8 * chunks);
-                debug_assert!(
-                    (0..R).all(|r| x[r].len() >= 32 * chunks && xd[r].len() >= 8 * chunks)
-                );
+                let chunks = super::chunks_checked(codes, scales, x, xd);
                 let mut acc = [(vdupq_n_f32(0.0), vdupq_n_f32(0.0)); R];
                 for c in 0..chunks {
                     // SAFETY: every load is in bounds by the caller's contract (checked in
-                    // debug builds above).
+                    // debug builds by `chunks_checked`).
                     unsafe {
                         let w = codes.as_ptr().add(32 * c).cast::<i8>();
                         let (w0, w1) = (vld1q_s8(w), vld1q_s8(w.add(16)));
