@@ -11,6 +11,12 @@ use serde::Deserialize;
 
 const LOGIT_TOLERANCE: f32 = 1e-3;
 
+/// The K-quant case's packed weights meet activations quantized to an 8-bit plane and its
+/// residual in groups of 256 (one scale per weight block, as llama.cpp's Q8_K, so the kernels
+/// sum whole blocks in integers): 1.5e-3 from float64 on logits up to 9.7, where groups of 16
+/// gave 4e-4 and one 8-bit plane 0.097. Its smallest greedy margin is 0.08.
+const K_QUANT_LOGIT_TOLERANCE: f32 = 2e-3;
+
 #[derive(Deserialize)]
 struct Fixture {
     cases: Vec<Case>,
@@ -57,11 +63,12 @@ fn logits_and_greedy_tokens_match_float64_reference() {
         assert_eq!(c.attention_bias, case.name.starts_with("qwen2"));
 
         let diff = max_abs_diff(&m.last_logits(&case.prompt_ids), &case.last_logits);
-        assert!(
-            diff <= LOGIT_TOLERANCE,
-            "{}: max |logit diff| {diff}",
-            case.name
-        );
+        let tolerance = if case.name.contains("_q4_k") {
+            K_QUANT_LOGIT_TOLERANCE
+        } else {
+            LOGIT_TOLERANCE
+        };
+        assert!(diff <= tolerance, "{}: max |logit diff| {diff}", case.name);
 
         let mut gen = m.generator();
         gen.block_size = 4;

@@ -10,6 +10,7 @@ use half::f16;
 use infer_core::gguf::GgmlType;
 
 use crate::blocked::{self, Weights};
+use crate::isa::Isa;
 use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile, SMALL_M};
 
 const QK: usize = 32;
@@ -141,8 +142,15 @@ fn dot_rows<B: Block, const M: usize>(
     }
 }
 
-/// Picks the kernel for `out.len()` rows (1..=SMALL_M) and the CPU's vector width.
-fn dot_rows_dispatch<B: Block>(w_row: &[u8], x: &[f32], x_sums: &[f32], k: usize, out: &mut [f32]) {
+/// Picks the kernel for `out.len()` rows (1..=SMALL_M) and the vector width of `isa`.
+fn dot_rows_dispatch<B: Block>(
+    isa: Isa,
+    w_row: &[u8],
+    x: &[f32],
+    x_sums: &[f32],
+    k: usize,
+    out: &mut [f32],
+) {
     macro_rules! by_rows {
         ($kernel:ident) => {
             match out.len() {
@@ -159,15 +167,17 @@ fn dot_rows_dispatch<B: Block>(w_row: &[u8], x: &[f32], x_sums: &[f32], k: usize
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if crate::isa::Isa::current().has_avx512() {
-            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
+        if isa.has_avx512() {
+            // SAFETY: the level has AVX-512F, and this CPU runs it (`Isa::current` and
+            // `Isa::available` give only such levels).
             return unsafe { by_rows!(dot_rows_avx512) };
         }
-        if crate::isa::Isa::current().has_avx2() {
-            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
+        if isa.has_avx2() {
+            // SAFETY: the level has AVX2 and FMA, and this CPU runs it.
             return unsafe { by_rows!(dot_rows_avx2) };
         }
     }
+    let _ = isa;
     by_rows!(dot_rows)
 }
 
@@ -264,6 +274,19 @@ pub fn matmul_packed(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
+    matmul_packed_on(Isa::current(), x, w, dtype, m, k, n)
+}
+
+/// `matmul_packed` on the row kernels of `isa` (tests pick each level).
+fn matmul_packed_on(
+    isa: Isa,
+    x: &[f32],
+    w: &[u8],
+    dtype: GgmlType,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
     let row_bytes = dtype.row_bytes(k);
     debug_assert_eq!(w.len(), n * row_bytes);
     if m == 0 || n == 0 {
@@ -292,11 +315,11 @@ pub fn matmul_packed(
             for (j, w_row) in w_tile.chunks_exact(row_bytes).enumerate() {
                 prefetch_ahead(w_tile, j, row_bytes);
                 match dtype {
-                    GgmlType::Q4_0 => dot_rows_dispatch::<Q4_0>(w_row, x, &x_sums, k, col),
-                    GgmlType::Q4_1 => dot_rows_dispatch::<Q4_1>(w_row, x, &x_sums, k, col),
-                    GgmlType::MXFP4 => dot_rows_dispatch::<Mxfp4>(w_row, x, &x_sums, k, col),
+                    GgmlType::Q4_0 => dot_rows_dispatch::<Q4_0>(isa, w_row, x, &x_sums, k, col),
+                    GgmlType::Q4_1 => dot_rows_dispatch::<Q4_1>(isa, w_row, x, &x_sums, k, col),
+                    GgmlType::MXFP4 => dot_rows_dispatch::<Mxfp4>(isa, w_row, x, &x_sums, k, col),
                     // `streamed` admits only these four types.
-                    _ => dot_rows_dispatch::<Q8_0>(w_row, x, &x_sums, k, col),
+                    _ => dot_rows_dispatch::<Q8_0>(isa, w_row, x, &x_sums, k, col),
                 }
                 for (i, v) in col.iter().enumerate() {
                     part[i * width + j] = *v;
@@ -328,89 +351,4 @@ pub fn gather_rows_packed(w: &[u8], dtype: GgmlType, k: usize, rows: &[u32]) -> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::matmul::matmul;
-    use proptest::prelude::*;
-
-    /// Random bytes make valid blocks once the f16 scales are set to sane values.
-    fn random_packed(dtype: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
-        let (per_block, bytes) = dtype.block();
-        let mut s = seed | 1;
-        let mut data: Vec<u8> = (0..n * k / per_block * bytes)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s as u8
-            })
-            .collect();
-        for (i, b) in data.chunks_exact_mut(bytes).enumerate() {
-            b[..2].copy_from_slice(&f16::from_f32(0.01 + (i % 7) as f32 * 0.003).to_le_bytes());
-            if dtype == GgmlType::Q4_1 {
-                b[2..4]
-                    .copy_from_slice(&f16::from_f32(-0.05 + (i % 5) as f32 * 0.02).to_le_bytes());
-            }
-            if dtype == GgmlType::MXFP4 {
-                // An E8M0 exponent: scales 2^-9 .. 2^-3.
-                b[0] = 120 + (i % 7) as u8;
-            }
-        }
-        data
-    }
-
-    #[test]
-    fn other_block_types_take_the_dequantize_tile_path() {
-        // Q4_K: 256-weight blocks; random bytes with small f16 scales are valid blocks.
-        let (k, n) = (512, 70);
-        let mut w = random_packed(GgmlType::Q4K, n, k, 3);
-        for b in w.chunks_exact_mut(144) {
-            b[..2].copy_from_slice(&f16::from_f32(0.002).to_le_bytes());
-            b[2..4].copy_from_slice(&f16::from_f32(0.001).to_le_bytes());
-        }
-        assert_eq!(w.len(), n * k / 256 * 144);
-        let mut w_f32 = vec![0f32; n * k];
-        GgmlType::Q4K.dequantize(&w, &mut w_f32);
-        for m in [1, 3, 12] {
-            let x: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
-                .collect();
-            let want = matmul(&x, &w_f32, m, k, n);
-            let got = matmul_packed(&x, &w, GgmlType::Q4K, m, k, n);
-            for (g, r) in got.iter().zip(&want) {
-                assert!((g - r).abs() <= 1e-4 * (1.0 + r.abs()), "m={m}: {g} vs {r}");
-            }
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
-        #[test]
-        fn packed_matmul_equals_dequantized_matmul(m in 1usize..20, kb in 1usize..6, n in 1usize..90, t in 0usize..4, seed in 0u64..1000) {
-            let dtype = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::MXFP4][t];
-            let k = kb * QK;
-            let w = random_packed(dtype, n, k, seed);
-            let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 + seed as usize) % 101) as f32 / 50.0 - 1.0).collect();
-            let mut w_f32 = vec![0f32; n * k];
-            dtype.dequantize(&w, &mut w_f32);
-            let want = matmul(&x, &w_f32, m, k, n);
-            let got = matmul_packed(&x, &w, dtype, m, k, n);
-            for i in 0..m {
-                for j in 0..n {
-                    let (xr, wr) = (&x[i * k..(i + 1) * k], &w_f32[j * k..(j + 1) * k]);
-                    let exact: f64 = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
-                    // f32 rounding bound for a length-k dot product, with margin.
-                    let scale: f64 = xr.iter().zip(wr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
-                    let tol = 1e-6 * (k as f64) * scale + 1e-6;
-                    let (g, r) = (got[i * n + j] as f64, want[i * n + j] as f64);
-                    prop_assert!((g - exact).abs() <= tol, "packed {} vs exact {} (tol {})", g, exact, tol);
-                    prop_assert!((r - exact).abs() <= tol, "f32 {} vs exact {} (tol {})", r, exact, tol);
-                }
-            }
-            let rows = [0u32, (n - 1) as u32];
-            let gathered = gather_rows_packed(&w, dtype, k, &rows);
-            prop_assert_eq!(&gathered[..k], &w_f32[..k]);
-            prop_assert_eq!(&gathered[k..], &w_f32[(n - 1) * k..]);
-        }
-    }
-}
+mod tests;

@@ -1,11 +1,20 @@
-//! Activation rows quantized once per matmul to 8 bits in 16-wide blocks: `x ≈ scale * code`,
-//! `code` in -127..=127 so `maddubs` pairs never saturate. llama.cpp uses 32-wide blocks
-//! (256 for K-quants); 16 halves how many values share a block with an outlier channel, which
-//! the final hidden state of small models has (SmolLM2: |x| up to 33 beside values near 1),
-//! at no cost in the kernels: the scale is applied per 4-weight lane anyway.
+//! Activation rows quantized once per matmul to 8 bits in groups that share a scale:
+//! `x ≈ scale * code`, `code` in -127..=127 so `maddubs` pairs never saturate.
+//!
+//! Two group sizes (`group_of`): 16 for the 32-weight block types (llama.cpp uses 32; 16 halves
+//! how many values share a scale with an outlier channel, which the final hidden state of small
+//! models has, SmolLM2: |x| up to 33 beside values near 1, at no cost in their kernels, which
+//! apply the scale per 4-weight lane anyway), and 256 for the K-quants, as llama.cpp's Q8_K: one
+//! scale per weight block lets their kernels (`fused::kquant`) sum a whole block in integers
+//! and convert once, where per-16 scales cost a conversion and two float operations per 32
+//! weights. Either way the scales are stored per 4-value lane, so every kernel reads both.
+
+use infer_core::gguf::GgmlType;
 
 pub(crate) struct Q8Rows {
     pub k: usize,
+    /// Values per scale: 16 or 256.
+    pub group: usize,
     /// `m * k` codes.
     pub codes: Vec<i8>,
     /// Eight per 32 values, laid out like `UnpackedRow::scales`: the scale of values 0..16 in
@@ -15,20 +24,40 @@ pub(crate) struct Q8Rows {
     pub sums: Vec<f32>,
     /// One per 32 values: the two `sums` of its halves added (for per-32 offsets).
     pub sums32: Vec<f32>,
+    /// One per 16 values: `Σ code` (the K-quant kernels' integer offsets).
+    pub code_sums: Vec<i16>,
+    /// One per group: its scale, packed (the K-quant kernels read one per 256 values, and a
+    /// cache line of `scales` per block would add a quarter to the codes' footprint in L1).
+    pub group_scales: Vec<f32>,
 }
 
-/// One activation row as the kernels read it: codes, 8-lane scales, per-16 and per-32 sums.
-pub(crate) type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32], &'a [f32]);
+/// One activation row as the kernels read it.
+#[derive(Clone, Copy)]
+pub(crate) struct XRow<'a> {
+    pub codes: &'a [i8],
+    /// Eight per 32 values (see `Q8Rows::scales`).
+    pub scales: &'a [f32],
+    pub sums: &'a [f32],
+    // The x86 fused kernels read these three; elsewhere the unpacked path does not.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub sums32: &'a [f32],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub code_sums: &'a [i16],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub group_scales: &'a [f32],
+}
 
 impl Q8Rows {
     pub fn row(&self, r: usize) -> XRow<'_> {
         let k = self.k;
-        (
-            &self.codes[r * k..(r + 1) * k],
-            &self.scales[r * k / 4..(r + 1) * k / 4],
-            &self.sums[r * k / 16..(r + 1) * k / 16],
-            &self.sums32[r * k / 32..(r + 1) * k / 32],
-        )
+        XRow {
+            codes: &self.codes[r * k..(r + 1) * k],
+            scales: &self.scales[r * k / 4..(r + 1) * k / 4],
+            sums: &self.sums[r * k / 16..(r + 1) * k / 16],
+            sums32: &self.sums32[r * k / 32..(r + 1) * k / 32],
+            code_sums: &self.code_sums[r * k / 16..(r + 1) * k / 16],
+            group_scales: &self.group_scales[r * k / self.group..(r + 1) * k / self.group],
+        }
     }
 
     /// Adds the values the codes stand for (`scale * code`) to `out` (`m * k`).
@@ -52,22 +81,33 @@ impl Q8Rows {
     }
 }
 
-/// Quantizes the rows of `x` (`k` a multiple of 32) to nearest, ties to even.
-pub(crate) fn quantize_rows(x: &[f32], k: usize) -> Q8Rows {
+/// Values per activation scale for matmuls with `dtype` weights: 256 for the types with
+/// 256-weight blocks (K-quants, IQ4_XS), 16 for the rest.
+pub(crate) fn group_of(dtype: GgmlType) -> usize {
+    if dtype.block().0 == 256 {
+        256
+    } else {
+        16
+    }
+}
+
+/// Quantizes the rows of `x` (`k` a multiple of 32 and of `group`) in groups of `group`
+/// values, to nearest, ties to even.
+pub(crate) fn quantize_rows(x: &[f32], k: usize, group: usize) -> Q8Rows {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn quantize_avx2(x: &[f32], k: usize) -> Q8Rows {
-        quantize(x, k)
+    fn quantize_avx2(x: &[f32], k: usize, group: usize) -> Q8Rows {
+        quantize(x, k, group)
     }
     #[cfg(target_arch = "x86_64")]
     if crate::isa::Isa::current().has_avx2() {
         // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-        return unsafe { quantize_avx2(x, k) };
+        return unsafe { quantize_avx2(x, k, group) };
     }
-    quantize(x, k)
+    quantize(x, k, group)
 }
 
-/// A 16-value group's step (its largest magnitude maps to code 127) and the step's inverse.
+/// A group's step (its largest magnitude maps to code 127) and the step's inverse.
 #[inline(always)]
 fn group_scale(xs: &[f32]) -> (f32, f32) {
     let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -76,26 +116,41 @@ fn group_scale(xs: &[f32]) -> (f32, f32) {
 }
 
 #[inline(always)]
-fn quantize(x: &[f32], k: usize) -> Q8Rows {
-    debug_assert!(k.is_multiple_of(32) && x.len().is_multiple_of(k));
+fn quantize(x: &[f32], k: usize, group: usize) -> Q8Rows {
+    debug_assert!(group == 16 || group == 256);
+    debug_assert!(k.is_multiple_of(32) && k.is_multiple_of(group));
+    debug_assert!(x.len().is_multiple_of(k));
     let mut q = Q8Rows {
         k,
+        group,
         codes: vec![0; x.len()],
         scales: vec![0.0; x.len() / 4],
         sums: vec![0.0; x.len() / 16],
         sums32: vec![0.0; x.len() / 32],
+        code_sums: vec![0; x.len() / 16],
+        group_scales: vec![0.0; x.len() / group],
     };
     for (g, (xs, codes)) in x
-        .chunks_exact(16)
-        .zip(q.codes.chunks_exact_mut(16))
+        .chunks_exact(group)
+        .zip(q.codes.chunks_exact_mut(group))
         .enumerate()
     {
         let (scale, inv) = group_scale(xs);
         for (c, v) in codes.iter_mut().zip(xs) {
             *c = (v * inv).round_ties_even() as i8;
         }
-        q.scales[4 * g..4 * g + 4].fill(scale);
-        q.sums[g] = scale * codes.iter().map(|&c| c as i32).sum::<i32>() as f32;
+        q.scales[g * group / 4..(g + 1) * group / 4].fill(scale);
+        q.group_scales[g] = scale;
+        let sixteens = g * group / 16..(g + 1) * group / 16;
+        for ((sum, code_sum), c16) in q.sums[sixteens.clone()]
+            .iter_mut()
+            .zip(&mut q.code_sums[sixteens])
+            .zip(codes.chunks_exact(16))
+        {
+            // At most 16 · 127 in magnitude.
+            *code_sum = c16.iter().map(|&c| c as i16).sum();
+            *sum = scale * *code_sum as f32;
+        }
     }
     for (s32, s) in q.sums32.iter_mut().zip(q.sums.chunks_exact(2)) {
         *s32 = s[0] + s[1];
@@ -112,51 +167,55 @@ pub(crate) fn quantize_residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
         .enumerate()
         .map(|(p, (v, c))| v - *c as f32 * q.scales[(p / 16) * 4])
         .collect();
-    quantize_rows(&residual, q.k)
+    quantize_rows(&residual, q.k, q.group)
 }
 
 /// In place, every value replaced by what its quantization stands for: `scale * code` of
-/// `quantize_rows`, plus that of `quantize_residual` when `residual`. The same arithmetic in
-/// one pass with no codes kept, for the GEMM path, which must see what the integer kernels see.
-pub(crate) fn round_trip(x: &mut [f32], residual: bool) {
+/// `quantize_rows` in groups of `group`, plus that of `quantize_residual` when `residual`.
+/// The same arithmetic in one pass with no codes kept, for the GEMM path, which must see what
+/// the integer kernels see.
+pub(crate) fn round_trip(x: &mut [f32], residual: bool, group: usize) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn round_trip_avx2(x: &mut [f32], residual: bool) {
-        round_trip_groups(x, residual)
+    fn round_trip_avx2(x: &mut [f32], residual: bool, group: usize) {
+        round_trip_groups(x, residual, group)
     }
     #[cfg(target_arch = "x86_64")]
     if crate::isa::Isa::current().has_avx2() {
         // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-        return unsafe { round_trip_avx2(x, residual) };
+        return unsafe { round_trip_avx2(x, residual, group) };
     }
-    round_trip_groups(x, residual)
+    round_trip_groups(x, residual, group)
 }
 
 #[inline(always)]
-fn round_trip_groups(x: &mut [f32], residual: bool) {
-    debug_assert!(x.len().is_multiple_of(16));
-    /// One 16-value group to `scale * code`, as `quantize` codes it.
+fn round_trip_groups(x: &mut [f32], residual: bool, group: usize) {
+    debug_assert!(group == 16 || group == 256);
+    debug_assert!(x.len().is_multiple_of(group));
+    /// One group to `scale * code`, as `quantize` codes it.
     #[inline(always)]
-    fn group(xs: &[f32], out: &mut [f32; 16]) {
+    fn coded(xs: &[f32], out: &mut [f32]) {
         let (scale, inv) = group_scale(xs);
         for (o, v) in out.iter_mut().zip(xs) {
             *o = (v * inv).round_ties_even() * scale;
         }
     }
-    for g in x.chunks_exact_mut(16) {
-        let mut q = [0f32; 16];
-        group(g, &mut q);
+    let mut q = [0f32; 256];
+    let mut left = [0f32; 256];
+    let mut r = [0f32; 256];
+    for g in x.chunks_exact_mut(group) {
+        let q = &mut q[..group];
+        coded(g, q);
         if residual {
-            let mut left = [0f32; 16];
-            for ((l, v), q) in left.iter_mut().zip(g.iter()).zip(&q) {
+            let (left, r) = (&mut left[..group], &mut r[..group]);
+            for ((l, v), q) in left.iter_mut().zip(g.iter()).zip(q.iter()) {
                 *l = v - q;
             }
-            let mut r = [0f32; 16];
-            group(&left, &mut r);
-            for (q, r) in q.iter_mut().zip(&r) {
+            coded(left, r);
+            for (q, r) in q.iter_mut().zip(r.iter()) {
                 *q += r;
             }
         }
-        g.copy_from_slice(&q);
+        g.copy_from_slice(q);
     }
 }

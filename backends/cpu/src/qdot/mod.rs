@@ -1,9 +1,10 @@
 //! Matmul on quantized weights kept as stored (every GGUF quant type we read).
 //!
 //! Single-row decode (a few rows more: `integer_max_m`) takes the integer path
-//! llama.cpp takes: the activation rows are quantized once to 8 bits (`activations`) and each
-//! packed weight row is dotted with every activation row in integer arithmetic: on x86 the
-//! common types decode their blocks in registers inside the dot (`fused`); the rest, and other
+//! llama.cpp takes: the activation rows are quantized once to 8 bits (`activations`, one scale
+//! per 16 values, or per 256 for the K-quants) and each packed weight row is dotted with every
+//! activation row in integer arithmetic: on x86 the common types decode their blocks in
+//! registers inside the dot (`fused`, whole K-quant blocks summed in integers); the rest, and other
 //! CPUs, decode the row once to codes and scales (`unpack`) for the generic kernels (`kernels`:
 //! AVX2, VNNI, NEON with or without `sdot`, picked by `Isa`; the scalar one is the tests'
 //! reference). More rows go to
@@ -12,6 +13,7 @@
 //! batch size.
 
 mod activations;
+mod dequantized;
 #[cfg(target_arch = "x86_64")]
 mod fused;
 mod kernels;
@@ -23,10 +25,14 @@ use std::cell::RefCell;
 
 use infer_core::gguf::GgmlType;
 
-use crate::blocked::{self, Weights};
+use crate::blocked;
 use crate::isa::Isa;
-use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile};
-use activations::{quantize_residual, quantize_rows, round_trip, Q8Rows};
+use crate::matmul::{by_column_tiles, prefetch_ahead, streaming_tile};
+#[cfg(test)]
+use activations::XRow;
+use activations::{group_of, quantize_residual, quantize_rows, round_trip, Q8Rows};
+pub use dequantized::gather_rows_quantized;
+use dequantized::matmul_dequantized;
 use kernels::dot_scalar;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use kernels::x86::hsum as hsum_avx2;
@@ -48,10 +54,9 @@ fn isa() -> Isa {
 }
 
 thread_local! {
-    /// Per-thread scratch: a decoded weight row, and f32 weights for the GEMM path. Fresh
-    /// buffers per call cost an allocation and a memset as large as the data.
+    /// Per-thread scratch: a decoded weight row. A fresh one per call costs an allocation and a
+    /// memset as large as the data.
     static ROW: RefCell<UnpackedRow> = RefCell::new(UnpackedRow::default());
-    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` for a quantized `w [n, k]` (rows of whole blocks), on the
@@ -65,15 +70,18 @@ pub fn matmul_quantized(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    matmul_prepared(&Prepared::new(activations, x, m, k), w, dtype, n)
+    matmul_prepared(&Prepared::new(activations, x, m, k, &[dtype]), w, dtype, n)
 }
 
 /// Activations `[m, k]` quantized once for any number of matmuls with the same input (QKV,
-/// gate/up).
-pub(crate) struct Prepared {
+/// gate/up): once per group size their weight types ask for (`group_of`).
+pub(crate) struct Prepared<'a> {
+    activations: Activations,
+    x: &'a [f32],
     m: usize,
     k: usize,
-    form: Form,
+    /// The form for groups of 16, and of 256, where a weight type given to `new` needs it.
+    forms: [Option<Form>; 2],
 }
 
 enum Form {
@@ -85,47 +93,93 @@ enum Form {
     Values(Vec<f32>),
 }
 
-impl Prepared {
-    pub fn new(activations: Activations, x: &[f32], m: usize, k: usize) -> Self {
+fn form_slot(group: usize) -> usize {
+    usize::from(group == 256)
+}
+
+impl<'a> Prepared<'a> {
+    /// Prepares `x` for matmuls with weights of the types `dtypes`. Done here, not on first
+    /// use inside the matmuls' parallel region: a rayon worker waiting there may run a sibling
+    /// matmul that would wait on the same lazy value.
+    pub fn new(
+        activations: Activations,
+        x: &'a [f32],
+        m: usize,
+        k: usize,
+        dtypes: &[GgmlType],
+    ) -> Self {
         debug_assert_eq!(x.len(), m * k);
-        let form = if m <= integer_max_m() {
-            Form::Planes(planes_of(activations, x, k))
-        } else {
-            Form::Values(dequantized_activations(activations, x, k))
+        let mut prepared = Prepared {
+            activations,
+            x,
+            m,
+            k,
+            forms: [None, None],
         };
-        Prepared { m, k, form }
+        for &dtype in dtypes {
+            let group = group_of(dtype);
+            if prepared.forms[form_slot(group)].is_none() {
+                prepared.forms[form_slot(group)] = Some(prepared.make(group));
+            }
+        }
+        prepared
+    }
+
+    fn make(&self, group: usize) -> Form {
+        let (activations, x, k) = (self.activations, self.x, self.k);
+        if self.m <= integer_max_m() {
+            Form::Planes(planes_of(activations, x, k, group))
+        } else {
+            Form::Values(dequantized_activations(activations, x, k, group))
+        }
     }
 }
 
 /// `out [m, n] = x · wᵀ` for prepared activations `x [m, k]` and a quantized `w [n, k]`.
 pub(crate) fn matmul_prepared(x: &Prepared, w: &[u8], dtype: GgmlType, n: usize) -> Vec<f32> {
     let (m, k) = (x.m, x.k);
-    match &x.form {
+    let group = group_of(dtype);
+    let made;
+    let form = match &x.forms[form_slot(group)] {
+        Some(form) => form,
+        None => {
+            made = x.make(group);
+            &made
+        }
+    };
+    match form {
         Form::Planes(planes) => matmul_planes(isa(), planes, w, dtype, m, k, n),
         Form::Values(values) => matmul_dequantized(values, w, dtype, m, k, n),
     }
 }
 
-/// `x` quantized as `activations` says: one plane, or a plane and its residual.
-fn planes_of(activations: Activations, x: &[f32], k: usize) -> Vec<Q8Rows> {
-    let mut planes = vec![quantize_rows(x, k)];
-    if activations == Activations::Int16 {
+/// `x` quantized as `activations` says, in groups of `group`: one plane, or a plane and its
+/// residual.
+fn planes_of(activations: Activations, x: &[f32], k: usize, group: usize) -> Vec<Q8Rows> {
+    let mut planes = vec![quantize_rows(x, k, group)];
+    if activations.residual() {
         planes.push(quantize_residual(x, &planes[0]));
     }
     planes
 }
 
 /// The values `planes_of` stands for (its planes added up), in parallel bands of rows: the
-/// same numbers, as quantization works on 16-value groups within a row.
-fn dequantized_activations(activations: Activations, x: &[f32], k: usize) -> Vec<f32> {
+/// same numbers, as quantization works on groups within a row.
+fn dequantized_activations(
+    activations: Activations,
+    x: &[f32],
+    k: usize,
+    group: usize,
+) -> Vec<f32> {
     use rayon::prelude::*;
     let mut out = x.to_vec();
     out.par_chunks_mut(16 * k)
-        .for_each(|band| round_trip(band, activations == Activations::Int16));
+        .for_each(|band| round_trip(band, activations.residual(), group));
     out
 }
 
-/// How finely the integer path quantizes activations.
+/// How finely the integer path quantizes activations (in the weight type's groups,
+/// `group_of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activations {
     /// One 8-bit plane (llama.cpp's choice).
@@ -133,6 +187,12 @@ pub enum Activations {
     /// An 8-bit plane and its 8-bit residual (~16 bits): for the logits, where 8-bit
     /// activations move values by tenths and flip greedy picks the f32 path makes.
     Int16,
+}
+
+impl Activations {
+    fn residual(self) -> bool {
+        self == Activations::Int16
+    }
 }
 
 pub(crate) struct Job<'a> {
@@ -160,7 +220,8 @@ pub(crate) fn matmul_integer(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    matmul_planes(isa, &planes_of(activations, x, k), w, dtype, m, k, n)
+    let planes = planes_of(activations, x, k, group_of(dtype));
+    matmul_planes(isa, &planes, w, dtype, m, k, n)
 }
 
 /// The integer path on activations already quantized to `planes`.
@@ -280,7 +341,7 @@ fn tile<D: RowDot, const SIGNED: bool>(
             }
             if !SIGNED {
                 for r in 0..job.m {
-                    part[r * width + j] += offsets_dot(&row.offsets, x.row(r).2);
+                    part[r * width + j] += offsets_dot(&row.offsets, x.row(r).sums);
                 }
             }
         }
@@ -296,8 +357,8 @@ fn dots<D: RowDot, const SIGNED: bool, const R: usize>(
     width: usize,
     part: &mut [f32],
 ) {
-    let x: [&[i8]; R] = std::array::from_fn(|i| x_rows.row(r0 + i).0);
-    let xd: [&[f32]; R] = std::array::from_fn(|i| x_rows.row(r0 + i).1);
+    let x: [&[i8]; R] = std::array::from_fn(|i| x_rows.row(r0 + i).codes);
+    let xd: [&[f32]; R] = std::array::from_fn(|i| x_rows.row(r0 + i).scales);
     // SAFETY: `tile` is instantiated with a kernel only inside a function compiled with that
     // kernel's features, after `Isa::detect` found them.
     let out = unsafe { D::dot::<SIGNED, R>(&row.codes, &row.scales, &x, &xd) };
@@ -384,99 +445,4 @@ mod arm_tiles {
 
     isa_tile!(neon, NeonDot, arm::dot_neon, "neon");
     isa_tile!(neon_dot, NeonSdot, arm::dot_neon_sdot, "neon,dotprod");
-}
-
-/// `w = scale * code + offset` for a decoded row.
-#[inline(always)]
-fn expand_row(row: &UnpackedRow, signed: bool, out: &mut [f32]) {
-    for (c, (codes, o)) in row
-        .codes
-        .chunks_exact(32)
-        .zip(out.chunks_exact_mut(32))
-        .enumerate()
-    {
-        for h in 0..2 {
-            let s = row.scales[8 * c + 4 * h];
-            let off = if signed { 0.0 } else { row.offsets[2 * c + h] };
-            for l in 16 * h..16 * h + 16 {
-                let code = if signed {
-                    codes[l] as i8 as f32
-                } else {
-                    codes[l] as f32
-                };
-                o[l] = s.mul_add(code, off);
-            }
-        }
-    }
-}
-
-/// Decodes the packed rows `w` (`k` weights each) to f32.
-fn dequantize_rows(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
-    #[inline(always)]
-    fn body(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
-        let row_bytes = dtype.row_bytes(k);
-        let signed = codes_of(dtype) == Codes::Signed;
-        let mut row = ROW.take();
-        for (w_row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(k)) {
-            unpack_row(dtype, w_row, k, &mut row);
-            expand_row(&row, signed, o);
-        }
-        ROW.set(row);
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    fn body_avx2(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f32]) {
-        body(dtype, w, k, out)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa().has_avx2() {
-        // SAFETY: the level has AVX2 and FMA, and this CPU runs it (`Isa::current`); `w` holds
-        // whole rows of `k` weights and `out` room for them (callers' contract).
-        return unsafe {
-            if fused::has_fused(dtype) {
-                fused::dequantize_avx2(dtype, w, k, out)
-            } else {
-                body_avx2(dtype, w, k, out)
-            }
-        };
-    }
-    body(dtype, w, k, out)
-}
-
-/// Many rows: column tiles decoded to f32 once and reused by GEMM across the rows.
-fn matmul_dequantized(
-    x: &[f32],
-    w: &[u8],
-    dtype: GgmlType,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Vec<f32> {
-    if blocked::supports(Weights::Packed(w, dtype), m, k) {
-        return blocked::matmul(x, Weights::Packed(w, dtype), m, k, n);
-    }
-    let row_bytes = dtype.row_bytes(k);
-    by_column_tiles(m, n, 64, |c0, c1, part| {
-        let width = c1 - c0;
-        let mut w_f32 = TILE.take();
-        w_f32.resize(width * k, 0.0);
-        dequantize_rows(dtype, &w[c0 * row_bytes..c1 * row_bytes], k, &mut w_f32);
-        if blocked::supports(Weights::F32(&w_f32), m, k) {
-            blocked::into_part(x, Weights::F32(&w_f32), m, k, part);
-        } else {
-            gemm_into(x, &w_f32, m, k, width, part, false);
-        }
-        TILE.set(w_f32);
-    })
-}
-
-/// Rows `rows` of a quantized `[n, k]` matrix, as f32 (embedding lookup).
-pub fn gather_rows_quantized(w: &[u8], dtype: GgmlType, k: usize, rows: &[u32]) -> Vec<f32> {
-    let row_bytes = dtype.row_bytes(k);
-    let mut out = vec![0f32; rows.len() * k];
-    for (o, &r) in out.chunks_exact_mut(k).zip(rows) {
-        let r = r as usize;
-        dequantize_rows(dtype, &w[r * row_bytes..(r + 1) * row_bytes], k, o);
-    }
-    out
 }

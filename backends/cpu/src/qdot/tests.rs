@@ -67,13 +67,13 @@ fn check_type(dtype: GgmlType, m: usize, k: usize, n: usize, seed: u64) {
     let w = random_packed(dtype, n, k, &mut rng);
     let w_f32 = dequantized(dtype, &w, n, k);
     let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 3.0).collect();
-    let xq = quantize_rows(&x, k);
+    let xq = quantize_rows(&x, k, group_of(dtype));
     let scalar = matmul_integer(Isa::Scalar, Activations::Int8, &x, &w, dtype, m, k, n);
     for isa in Isa::available() {
         let got = matmul_integer(isa, Activations::Int8, &x, &w, dtype, m, k, n);
         let precise = matmul_integer(isa, Activations::Int16, &x, &w, dtype, m, k, n);
         for i in 0..m {
-            let (codes, scales, _, _) = xq.row(i);
+            let XRow { codes, scales, .. } = xq.row(i);
             let x_row = &x[i * k..(i + 1) * k];
             for j in 0..n {
                 let w_row = &w_f32[j * k..(j + 1) * k];
@@ -145,22 +145,46 @@ fn decoded_rows_equal_ggml_dequantization() {
 #[test]
 fn round_trip_equals_the_planes_added_up() {
     let mut rng = Rng(11);
-    let k = 96;
-    // Mixed magnitudes, exact zeros and an all-zero group.
+    let k = 512;
+    // Mixed magnitudes, exact zeros, an all-zero group of 16 and one of 256.
     let mut x: Vec<f32> = (0..5 * k)
         .map(|i| rng.uniform() * if i % 37 == 0 { 40.0 } else { 1.0 })
         .collect();
     x[16..32].fill(0.0);
     x[50] = 0.0;
-    for activations in [Activations::Int8, Activations::Int16] {
-        let mut want = vec![0f32; x.len()];
-        for plane in planes_of(activations, &x, k) {
-            plane.add_to(&mut want);
+    x[3 * k + 256..4 * k].fill(0.0);
+    for group in [16, 256] {
+        for activations in [Activations::Int8, Activations::Int16] {
+            let mut want = vec![0f32; x.len()];
+            for plane in planes_of(activations, &x, k, group) {
+                plane.add_to(&mut want);
+            }
+            let mut got = x.clone();
+            round_trip(&mut got, activations.residual(), group);
+            assert_eq!(got, want, "{activations:?} group {group}");
+            assert_ne!(got, x, "{activations:?}: quantization changes values");
         }
-        let mut got = x.clone();
-        round_trip(&mut got, activations == Activations::Int16);
-        assert_eq!(got, want, "{activations:?}");
-        assert_ne!(got, x, "{activations:?}: quantization changes values");
+    }
+}
+
+/// The per-16 integer code sums are the codes summed, and the float sums their scaled values.
+#[test]
+fn code_sums_add_up_the_codes() {
+    let mut rng = Rng(12);
+    let k = 512;
+    let x: Vec<f32> = (0..2 * k).map(|_| rng.uniform() * 5.0).collect();
+    for group in [16, 256] {
+        let q = quantize_rows(&x, k, group);
+        for (g, c16) in q.codes.chunks_exact(16).enumerate() {
+            let want: i32 = c16.iter().map(|&c| c as i32).sum();
+            assert_eq!(q.code_sums[g] as i32, want, "group {group}, 16 #{g}");
+            assert_eq!(q.sums[g], q.scales[4 * g] * want as f32);
+        }
+        // One scale per group, also packed.
+        for (scales, &packed) in q.scales.chunks_exact(group / 4).zip(&q.group_scales) {
+            assert!(scales.iter().all(|&s| s == packed));
+        }
+        assert_eq!(q.group_scales.len(), x.len() / group);
     }
 }
 

@@ -85,14 +85,14 @@ pub(crate) trait FusedType {
 
 /// Every f16 as f32, as an array so u16 indices need no bounds checks.
 #[inline(always)]
-fn table() -> &'static [f32; 1 << 16] {
+pub(super) fn table() -> &'static [f32; 1 << 16] {
     f16_table()
         .try_into()
         .expect("the f16 table has an entry per u16")
 }
 
 #[inline(always)]
-fn f16_at(table: &[f32; 1 << 16], b: &[u8], at: usize) -> f32 {
+pub(super) fn f16_at(table: &[f32; 1 << 16], b: &[u8], at: usize) -> f32 {
     table[u16::from_le_bytes([b[at], b[at + 1]]) as usize]
 }
 

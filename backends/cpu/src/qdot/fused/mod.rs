@@ -3,30 +3,41 @@
 //! stores and reloads cost as much as the integer math saves). Each 32-weight chunk becomes 32
 //! byte codes and an 8-lane scale vector in the layout `kernels` uses, then meets up to four
 //! activation rows; the arithmetic is the scalar kernel's, so `tests` checks these against it.
-//! Q2_K, Q3_K and IQ4_XS stay on the unpacked path.
+//! Q4_K, Q5_K and Q6_K sum whole blocks in integers instead (`kquant`). Q2_K, Q3_K and IQ4_XS
+//! stay on the unpacked path.
 
 mod decode;
+mod kquant;
 
 use std::arch::x86_64::*;
 
 use infer_core::gguf::GgmlType;
 
-use super::activations::XRow;
+use super::activations::{group_of, XRow};
 use super::kernels::x86::{self, hsum};
 use super::Job;
 use crate::matmul::prefetch_ahead;
 pub(crate) use decode::has_fused;
 use decode::{with_decoder, FusedType};
+use kquant::KQuant;
 
-/// Eight i32 lanes, lane i = Σ u[4i..4i+4] · s[4i..4i+4] (`u` unsigned, `s` signed bytes).
+/// The integer multiply-adds of a level.
 pub(crate) trait Product {
+    /// Eight i32 lanes, lane i = Σ u[4i..4i+4] · s[4i..4i+4] (`u` unsigned, `s` signed bytes).
+    ///
     /// # Safety
     /// The CPU must have the implementation's features.
     unsafe fn product(u: __m256i, s: __m256i) -> __m256i;
+
+    /// `acc` plus, in each i32 lane, the two products of its i16 pairs of `a` and `b`.
+    ///
+    /// # Safety
+    /// The CPU must have the implementation's features.
+    unsafe fn madd_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
 }
 
 macro_rules! product {
-    ($name:ident, $f:ident) => {
+    ($name:ident, $f:ident, |$acc:ident, $a:ident, $b:ident| $madd_add:expr) => {
         pub(crate) struct $name;
         impl Product for $name {
             #[inline(always)]
@@ -34,12 +45,25 @@ macro_rules! product {
                 // SAFETY: forwarded from the caller.
                 unsafe { x86::$f(u, s) }
             }
+
+            #[inline(always)]
+            unsafe fn madd_add($acc: __m256i, $a: __m256i, $b: __m256i) -> __m256i {
+                // SAFETY: register-only intrinsics of the caller's features.
+                unsafe { $madd_add }
+            }
         }
     };
 }
-product!(Avx2, product_avx2);
-product!(AvxVnni, product_avxvnni);
-product!(Avx512Vnni, product_avx512vnni);
+product!(Avx2, product_avx2, |acc, a, b| _mm256_add_epi32(
+    acc,
+    _mm256_madd_epi16(a, b)
+));
+product!(AvxVnni, product_avxvnni, |acc, a, b| {
+    _mm256_dpwssd_avx_epi32(acc, a, b)
+});
+product!(Avx512Vnni, product_avx512vnni, |acc, a, b| {
+    _mm256_dpwssd_epi32(acc, a, b)
+});
 
 /// The dots of one packed weight row with the activation rows `rows`.
 ///
@@ -57,30 +81,58 @@ pub(crate) unsafe fn dot_rows<T: FusedType, P: Product, const R: usize>(
     // the row's 32-weight chunks, and each row holds 32 codes and 8 scales per chunk).
     unsafe {
         T::chunks(w_row, |c, chunk| {
-            debug_assert!(rows.iter().all(|r| r.0.len() >= 32 * c + 32));
+            debug_assert!(rows.iter().all(|r| r.codes.len() >= 32 * c + 32));
             let wu = if T::SIGNED {
                 _mm256_sign_epi8(chunk.codes, chunk.codes)
             } else {
                 chunk.codes
             };
-            for (r, (codes, scales, sums, sums32)) in rows.iter().enumerate() {
-                let xv = _mm256_loadu_si256(codes.as_ptr().add(32 * c).cast());
+            for (r, x) in rows.iter().enumerate() {
+                let xv = _mm256_loadu_si256(x.codes.as_ptr().add(32 * c).cast());
                 let xs = if T::SIGNED {
                     _mm256_sign_epi8(xv, chunk.codes)
                 } else {
                     xv
                 };
                 let p = _mm256_cvtepi32_ps(P::product(wu, xs));
-                let d = _mm256_mul_ps(chunk.scales, _mm256_loadu_ps(scales.as_ptr().add(8 * c)));
+                let d = _mm256_mul_ps(chunk.scales, _mm256_loadu_ps(x.scales.as_ptr().add(8 * c)));
                 acc[r] = _mm256_fmadd_ps(p, d, acc[r]);
                 if !T::SIGNED && T::UNIFORM {
-                    offsets[r] = chunk.lo.mul_add(sums32[c], offsets[r]);
+                    offsets[r] = chunk.lo.mul_add(x.sums32[c], offsets[r]);
                 } else if !T::SIGNED {
-                    offsets[r] += chunk.lo * sums[2 * c] + chunk.hi * sums[2 * c + 1];
+                    offsets[r] += chunk.lo * x.sums[2 * c] + chunk.hi * x.sums[2 * c + 1];
                 }
             }
         });
         std::array::from_fn(|r| hsum(acc[r]) + offsets[r])
+    }
+}
+
+/// A kernel for one packed weight row against up to four activation rows.
+trait RowKernel {
+    /// # Safety
+    /// AVX2, FMA and `P`'s features; `w_row` holds as many weights as every row.
+    unsafe fn dot<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R];
+}
+
+/// `dot_rows` on a chunk decoder.
+struct Chunked<T>(std::marker::PhantomData<T>);
+impl<T: FusedType> RowKernel for Chunked<T> {
+    #[inline(always)]
+    unsafe fn dot<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R] {
+        // SAFETY: forwarded from the caller.
+        unsafe { dot_rows::<T, P, R>(w_row, rows) }
+    }
+}
+
+/// An integer-summed K-quant kernel (activations in groups of 256).
+struct Blockwise<T>(std::marker::PhantomData<T>);
+impl<T: KQuant> RowKernel for Blockwise<T> {
+    #[inline(always)]
+    unsafe fn dot<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R] {
+        // SAFETY: forwarded from the caller; `matmul_planes` quantizes the activations of
+        // these types in groups of 256 (`group_of`).
+        unsafe { T::dot::<P, R>(w_row, rows) }
     }
 }
 
@@ -90,7 +142,7 @@ pub(crate) unsafe fn dot_rows<T: FusedType, P: Product, const R: usize>(
 /// # Safety
 /// AVX2, FMA and `P`'s features; `w_tile` holds whole rows.
 #[inline(always)]
-unsafe fn tile<T: FusedType, P: Product>(job: &Job, w_tile: &[u8], part: &mut [f32]) {
+unsafe fn tile<K: RowKernel, P: Product>(job: &Job, w_tile: &[u8], part: &mut [f32]) {
     let width = w_tile.len() / job.row_bytes;
     for (j, w_row) in w_tile.chunks_exact(job.row_bytes).enumerate() {
         prefetch_ahead(w_tile, j, job.row_bytes);
@@ -99,7 +151,7 @@ unsafe fn tile<T: FusedType, P: Product>(job: &Job, w_tile: &[u8], part: &mut [f
                 ($r:literal) => {{
                     let xs: [XRow; $r] = std::array::from_fn(|i| group[i].1);
                     // SAFETY: forwarded from the caller.
-                    let dots = unsafe { dot_rows::<T, P, $r>(w_row, &xs) };
+                    let dots = unsafe { K::dot::<P, $r>(w_row, &xs) };
                     for ((out_row, _), v) in group.iter().zip(dots) {
                         part[out_row * width + j] += v;
                     }
@@ -115,15 +167,23 @@ unsafe fn tile<T: FusedType, P: Product>(job: &Job, w_tile: &[u8], part: &mut [f
     }
 }
 
-/// The tile on `job.dtype`'s decoder.
+/// The tile on `job.dtype`'s kernel.
 ///
 /// # Safety
 /// AVX2, FMA and `P`'s features; `has_fused(job.dtype)`; `w_tile` holds whole rows.
 #[inline(always)]
 unsafe fn by_type<P: Product>(job: &Job, w_tile: &[u8], part: &mut [f32]) {
-    // SAFETY: forwarded from the caller.
-    with_decoder!(job.dtype, T => unsafe { tile::<T, P>(job, w_tile, part) })
-        .unwrap_or_else(|| unreachable!("{} has no fused kernel", job.dtype.name()))
+    debug_assert!(job.planes.iter().all(|p| p.group == group_of(job.dtype)));
+    // SAFETY (every arm): forwarded from the caller.
+    unsafe {
+        match job.dtype {
+            GgmlType::Q4K => tile::<Blockwise<kquant::Q45K<false>>, P>(job, w_tile, part),
+            GgmlType::Q5K => tile::<Blockwise<kquant::Q45K<true>>, P>(job, w_tile, part),
+            GgmlType::Q6K => tile::<Blockwise<kquant::Q6K>, P>(job, w_tile, part),
+            dtype => with_decoder!(dtype, T => tile::<Chunked<T>, P>(job, w_tile, part))
+                .unwrap_or_else(|| unreachable!("{} has no fused kernel", dtype.name())),
+        }
+    }
 }
 
 /// `by_type` compiled for AVX2 + FMA.
