@@ -58,7 +58,7 @@ pub(crate) fn supports(w: Weights, m: usize, k: usize) -> bool {
     supports_at(Isa::current(), w, m, k)
 }
 
-fn supports_at(isa: Isa, w: Weights, m: usize, k: usize) -> bool {
+pub(crate) fn supports_at(isa: Isa, w: Weights, m: usize, k: usize) -> bool {
     let layout = match w {
         Weights::F32(_) => true,
         Weights::Packed(_, dtype) => {
@@ -97,7 +97,7 @@ pub(crate) fn matmul(x: &[f32], w: Weights, m: usize, k: usize, n: usize) -> Vec
 }
 
 /// `matmul` on the kernels of `isa` (tests pick each level).
-fn matmul_at(isa: Isa, x: &[f32], w: Weights, m: usize, k: usize, n: usize) -> Vec<f32> {
+pub(crate) fn matmul_at(isa: Isa, x: &[f32], w: Weights, m: usize, k: usize, n: usize) -> Vec<f32> {
     assert!(supports_at(isa, w, m, k), "blocked::matmul without kernels");
     by_column_tiles(m, n, streaming_tile(n), |c0, c1, part| {
         let rows = match w {

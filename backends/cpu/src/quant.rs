@@ -277,7 +277,7 @@ pub fn matmul_packed(
     matmul_packed_on(Isa::current(), x, w, dtype, m, k, n)
 }
 
-/// `matmul_packed` on the row kernels of `isa` (tests pick each level).
+/// `matmul_packed` on the blocked and row kernels of `isa` (tests pick each level).
 fn matmul_packed_on(
     isa: Isa,
     x: &[f32],
@@ -293,8 +293,8 @@ fn matmul_packed_on(
         return vec![0f32; m * n];
     }
     let weights = Weights::Packed(w, dtype);
-    if blocked::supports(weights, m, k) {
-        return blocked::matmul(x, weights, m, k, n);
+    if blocked::supports_at(isa, weights, m, k) {
+        return blocked::matmul_at(isa, x, weights, m, k, n);
     }
     // Few rows stream each weight row once through a block kernel (Q4_0/Q4_1/Q8_0); otherwise
     // each tile is decoded to f32 once and GEMM reuses it across rows (any block type).
