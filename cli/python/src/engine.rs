@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use futures_util::future::join_all;
 use infer_api::defaults::RequestDefaults;
 use infer_api::fields::{apply_common, parse_body};
 use infer_api::types::{ChatRequest, CompletionRequest};
@@ -184,23 +185,44 @@ impl Engine {
         })
     }
 
-    /// Queues `prepared`'s prompts under `request_ids`, all or none; one stream each.
+    /// Queues every job's prompts (a job: a prepared request and its prompts' request ids),
+    /// all or none; one stream per prompt, grouped by job. The jobs' commands reach the engine
+    /// thread together, so it admits them at the same step: submitting one job after another
+    /// would wait a step each and stagger an offline batch (189 steps instead of 130 for 32
+    /// prompts of 128 tokens).
     fn submit(
         &self,
         py: Python<'_>,
-        prepared: &Prepared,
-        request_ids: Vec<String>,
-    ) -> PyResult<Vec<Stream>> {
-        let requests = self.requests(prepared, request_ids)?;
-        let ids: Vec<String> = requests.iter().map(|r| r.id.clone()).collect();
+        jobs: Vec<(PyRef<'_, Prepared>, Vec<String>)>,
+    ) -> PyResult<Vec<Vec<Stream>>> {
+        let mut batches = Vec::with_capacity(jobs.len());
+        for (prepared, request_ids) in jobs {
+            let requests = self.requests(&prepared, request_ids)?;
+            batches.push((requests, prepared.structured_param));
+        }
         let engine = self.state.engine.clone();
-        let streams = block_on(py, engine.submit_all(requests))
-            .map_err(|e| submit_error(e, prepared.structured_param))?;
-        Ok(ids
+        let submitted = block_on(py, async move {
+            join_all(batches.into_iter().map(|(requests, structured)| {
+                let engine = &engine;
+                async move {
+                    let ids: Vec<String> = requests.iter().map(|r| r.id.clone()).collect();
+                    (ids, engine.submit_all(requests).await, structured)
+                }
+            }))
+            .await
+        });
+        // On an error the admitted jobs' streams are dropped here, which aborts them.
+        submitted
             .into_iter()
-            .zip(streams)
-            .map(|(id, s)| Stream::new(id, s))
-            .collect())
+            .map(|(ids, result, structured)| {
+                let streams = result.map_err(|e| submit_error(e, structured))?;
+                Ok(ids
+                    .into_iter()
+                    .zip(streams)
+                    .map(|(id, s)| Stream::new(id, s))
+                    .collect())
+            })
+            .collect()
     }
 
     /// `submit` as an awaitable.

@@ -123,3 +123,21 @@ def test_openai_routes_answer_as_the_server(engine):
     assert len(text) > 0
     assert bad.status == 400 and json.loads(bad_body)["error"]["param"] == "top_p"
     assert models["data"][0]["id"] == engine.model_name
+
+
+def test_from_engine_args_and_what_it_refuses():
+    from infer import AsyncEngineArgs
+
+    args = AsyncEngineArgs(MODEL, **ENGINE)
+    for bad, message in [({"start_engine_loop": False}, "start_engine_loop"),
+                         ({"stat_loggers": [object()]}, "stat_loggers"), ({"log_requests": True}, "log_requests")]:
+        with pytest.raises((TypeError, ValueError), match=message):
+            AsyncLLM.from_engine_args(args, **bad)
+    engine = AsyncLLM.from_engine_args(args, usage_context="ENGINE_CONTEXT")
+    try:
+        assert engine.max_model_len == ENGINE["max_model_len"]
+        greedy = SamplingParams(temperature=0, max_tokens=4, output_kind=RequestOutputKind.FINAL_ONLY)
+        out = asyncio.run(final(engine, "The capital of France is", greedy, "from-args"))
+        assert out.finished and len(out.outputs[0].token_ids) == 4
+    finally:
+        engine.shutdown()

@@ -100,14 +100,31 @@ def test_structured_outputs(llm):
 
 
 def test_beam_search_matches_the_server(llm, server):
-    (out,) = llm.beam_search(["The capital of France is"], BeamSearchParams(beam_width=3, max_tokens=5))
-    assert len(out.sequences) == 3
-    scores = [s.cum_logprob for s in out.sequences]
-    assert scores == sorted(scores, reverse=True)
-    status, reply = post(server, "/v1/completions", {"prompt": "The capital of France is", "use_beam_search": True,
-                                                     "n": 3, "max_tokens": 5, "temperature": 0})
-    assert status == 200, reply
-    assert [s.text for s in out.sequences] == [c["text"] for c in reply["choices"]]
+    prompts = ["The capital of France is", "My favourite colour is"]
+    outs = llm.beam_search(prompts, BeamSearchParams(beam_width=3, max_tokens=5))
+    assert len(outs) == 2
+    for prompt, out in zip(prompts, outs):
+        assert len(out.sequences) == 3
+        scores = [s.cum_logprob for s in out.sequences]
+        assert scores == sorted(scores, reverse=True)
+        status, reply = post(server, "/v1/completions", {"prompt": prompt, "use_beam_search": True,
+                                                         "n": 3, "max_tokens": 5, "temperature": 0})
+        assert status == 200, reply
+        assert [s.text for s in out.sequences] == [c["text"] for c in reply["choices"]]
+
+
+def test_a_batch_is_admitted_at_one_step(llm):
+    """All prompts of a `generate` call start together and prefill in one step when the token
+    budget holds them (the server's step pacing is off offline), then one step per token (a
+    step more if the engine woke between two of the prompts' arrivals). Submitting them one by
+    one waited a step each; paced steps took a prompt or two each."""
+    prompts = [f"Item {i}: " + "a long list of words " * 50 for i in range(6)]
+    lengths = [len(llm.get_tokenizer().encode(p)) for p in prompts]
+    assert 1000 < sum(lengths) < llm.engine_config()["max_num_batched_tokens"]
+    before = llm.stats()["steps"]
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)
+    assert all(len(o.outputs[0].token_ids) == 6 for o in outs)
+    assert llm.stats()["steps"] - before <= 6 + 1
 
 
 def test_chat_through_the_template(llm, server):

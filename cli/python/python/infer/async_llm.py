@@ -56,7 +56,17 @@ class AsyncLLM:
         self._ids = itertools.count()
 
     @classmethod
-    def from_engine_args(cls, engine_args: EngineArgs, **_: Any) -> "AsyncLLM":
+    def from_engine_args(cls, engine_args: EngineArgs, start_engine_loop: bool = True, usage_context: Any = None,
+                         stat_loggers: Any = None, **unknown: Any) -> "AsyncLLM":
+        """vLLM's constructor. ``usage_context`` is accepted (nothing is reported anywhere);
+        the engine loop always starts, and custom stat loggers are not supported (the
+        engine's counters are ``get_stats()``): asking otherwise raises."""
+        if unknown:
+            raise TypeError(f"AsyncLLM.from_engine_args: unsupported argument(s) {', '.join(sorted(unknown))}")
+        if not start_engine_loop:
+            raise ValueError("start_engine_loop=False is not supported: the engine runs on its own thread from the start")
+        if stat_loggers:
+            raise ValueError("stat_loggers are not supported: read the engine's counters with get_stats()")
         return cls(engine_args.model, **engine_args.extra)
 
     @property
