@@ -159,15 +159,80 @@ fn quantize(x: &[f32], k: usize, group: usize) -> Q8Rows {
 }
 
 /// What `q` leaves of `x`, quantized again: `x ≈ q + residual` to about 16 bits, for matmuls
-/// whose outputs are read directly (the logits) at twice the integer work.
+/// whose outputs are read directly (the logits) at twice the integer work. The residual of a
+/// group is coded in steps of exactly its scale / 256 (`residual_step`), so a kernel may add
+/// the two planes' integer sums as `256 · value + residual` before one conversion to float.
 pub(crate) fn quantize_residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
-    let residual: Vec<f32> = x
-        .iter()
-        .zip(&q.codes)
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn residual_avx2(x: &[f32], q: &Q8Rows) -> Q8Rows {
+        residual(x, q)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::isa::Isa::current().has_avx2() {
+        // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
+        return unsafe { residual_avx2(x, q) };
+    }
+    residual(x, q)
+}
+
+#[inline(always)]
+fn residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
+    let (k, group) = (q.k, q.group);
+    let mut r = Q8Rows {
+        k,
+        group,
+        codes: vec![0; x.len()],
+        scales: vec![0.0; x.len() / 4],
+        sums: vec![0.0; x.len() / 16],
+        sums32: vec![0.0; x.len() / 32],
+        code_sums: vec![0; x.len() / 16],
+        group_scales: vec![0.0; x.len() / group],
+    };
+    for (g, ((xs, codes), value_codes)) in x
+        .chunks_exact(group)
+        .zip(r.codes.chunks_exact_mut(group))
+        .zip(q.codes.chunks_exact(group))
         .enumerate()
-        .map(|(p, (v, c))| v - *c as f32 * q.scales[(p / 16) * 4])
-        .collect();
-    quantize_rows(&residual, q.k, q.group)
+    {
+        let (scale, inv) = residual_step(q.group_scales[g]);
+        let value_scale = q.group_scales[g];
+        for ((c, v), vc) in codes.iter_mut().zip(xs).zip(value_codes) {
+            *c = residual_code(v - *vc as f32 * value_scale, inv) as i8;
+        }
+        r.scales[g * group / 4..(g + 1) * group / 4].fill(scale);
+        r.group_scales[g] = scale;
+        let sixteens = g * group / 16..(g + 1) * group / 16;
+        for ((sum, code_sum), c16) in r.sums[sixteens.clone()]
+            .iter_mut()
+            .zip(&mut r.code_sums[sixteens])
+            .zip(codes.chunks_exact(16))
+        {
+            *code_sum = c16.iter().map(|&c| c as i16).sum();
+            *sum = scale * *code_sum as f32;
+        }
+    }
+    for (s32, s) in r.sums32.iter_mut().zip(r.sums.chunks_exact(2)) {
+        *s32 = s[0] + s[1];
+    }
+    r
+}
+
+/// The residual plane's step for a group whose value plane has step `scale`: `scale / 256`
+/// (exact: a power of two), and its inverse. The value plane rounds to nearest, so what it
+/// leaves is at most half a step: within ±128 residual steps.
+#[inline(always)]
+fn residual_step(scale: f32) -> (f32, f32) {
+    let step = scale / 256.0;
+    (step, if step > 0.0 { 1.0 / step } else { 0.0 })
+}
+
+/// A residual's code: to nearest, ties to even, held to ±127 (only a residual of more than
+/// 127.5 steps, within a step of the half-step bound, is cut) so `maddubs` pairs never
+/// saturate.
+#[inline(always)]
+fn residual_code(r: f32, inv: f32) -> f32 {
+    (r * inv).round_ties_even().clamp(-127.0, 127.0)
 }
 
 /// In place, every value replaced by what its quantization stands for: `scale * code` of
@@ -192,28 +257,23 @@ pub(crate) fn round_trip(x: &mut [f32], residual: bool, group: usize) {
 fn round_trip_groups(x: &mut [f32], residual: bool, group: usize) {
     debug_assert!(group == 16 || group == 256);
     debug_assert!(x.len().is_multiple_of(group));
-    /// One group to `scale * code`, as `quantize` codes it.
+    /// One group to `scale * code`, as `quantize` codes it; returns the scale.
     #[inline(always)]
-    fn coded(xs: &[f32], out: &mut [f32]) {
+    fn coded(xs: &[f32], out: &mut [f32]) -> f32 {
         let (scale, inv) = group_scale(xs);
         for (o, v) in out.iter_mut().zip(xs) {
             *o = (v * inv).round_ties_even() * scale;
         }
+        scale
     }
     let mut q = [0f32; 256];
-    let mut left = [0f32; 256];
-    let mut r = [0f32; 256];
     for g in x.chunks_exact_mut(group) {
         let q = &mut q[..group];
-        coded(g, q);
+        let scale = coded(g, q);
         if residual {
-            let (left, r) = (&mut left[..group], &mut r[..group]);
-            for ((l, v), q) in left.iter_mut().zip(g.iter()).zip(q.iter()) {
-                *l = v - q;
-            }
-            coded(left, r);
-            for (q, r) in q.iter_mut().zip(r.iter()) {
-                *q += r;
+            let (step, inv) = residual_step(scale);
+            for (q, v) in q.iter_mut().zip(g.iter()) {
+                *q += residual_code(v - *q, inv) * step;
             }
         }
         g.copy_from_slice(q);

@@ -167,6 +167,40 @@ fn round_trip_equals_the_planes_added_up() {
     }
 }
 
+/// The residual plane's step is exactly its group's value step / 256 (what lets the paired
+/// kernels add the planes' integer sums before converting), its codes stay within ±127, and
+/// the two planes together are closer to `x` than the value plane alone by about that factor.
+#[test]
+fn the_residual_step_is_the_value_step_over_256() {
+    let mut rng = Rng(13);
+    let k = 512;
+    let mut x: Vec<f32> = (0..3 * k)
+        .map(|i| rng.uniform() * if i % 29 == 0 { 30.0 } else { 1.0 })
+        .collect();
+    x[32..48].fill(0.0);
+    for group in [16, 256] {
+        let planes = planes_of(Activations::Int16, &x, k, group);
+        let (value, residual) = (&planes[0], &planes[1]);
+        for (&v, &r) in value.group_scales.iter().zip(&residual.group_scales) {
+            assert_eq!(r, v / 256.0, "group {group}");
+        }
+        assert!(residual.codes.iter().all(|&c| (-127..=127).contains(&c)));
+        let err = |planes: &[Q8Rows]| {
+            let mut sum = vec![0f32; x.len()];
+            planes.iter().for_each(|p| p.add_to(&mut sum));
+            sum.iter()
+                .zip(&x)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max)
+        };
+        let (one, two) = (err(&planes[..1]), err(&planes));
+        assert!(
+            two * 100.0 < one,
+            "group {group}: one plane {one}, two {two}"
+        );
+    }
+}
+
 /// The per-16 integer code sums are the codes summed, and the float sums their scaled values.
 #[test]
 fn code_sums_add_up_the_codes() {

@@ -29,6 +29,12 @@ pub(crate) trait Product {
     /// The CPU must have the implementation's features.
     unsafe fn product(u: __m256i, s: __m256i) -> __m256i;
 
+    /// `acc` plus `product(u, s)`.
+    ///
+    /// # Safety
+    /// The CPU must have the implementation's features.
+    unsafe fn product_add(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+
     /// `acc` plus, in each i32 lane, the two products of its i16 pairs of `a` and `b`.
     ///
     /// # Safety
@@ -37,13 +43,20 @@ pub(crate) trait Product {
 }
 
 macro_rules! product {
-    ($name:ident, $f:ident, |$acc:ident, $a:ident, $b:ident| $madd_add:expr) => {
+    ($name:ident, $f:ident, |$pacc:ident, $u:ident, $s:ident| $product_add:expr,
+     |$acc:ident, $a:ident, $b:ident| $madd_add:expr) => {
         pub(crate) struct $name;
         impl Product for $name {
             #[inline(always)]
             unsafe fn product(u: __m256i, s: __m256i) -> __m256i {
                 // SAFETY: forwarded from the caller.
                 unsafe { x86::$f(u, s) }
+            }
+
+            #[inline(always)]
+            unsafe fn product_add($pacc: __m256i, $u: __m256i, $s: __m256i) -> __m256i {
+                // SAFETY: register-only intrinsics of the caller's features.
+                unsafe { $product_add }
             }
 
             #[inline(always)]
@@ -54,16 +67,24 @@ macro_rules! product {
         }
     };
 }
-product!(Avx2, product_avx2, |acc, a, b| _mm256_add_epi32(
-    acc,
-    _mm256_madd_epi16(a, b)
-));
-product!(AvxVnni, product_avxvnni, |acc, a, b| {
-    _mm256_dpwssd_avx_epi32(acc, a, b)
-});
-product!(Avx512Vnni, product_avx512vnni, |acc, a, b| {
-    _mm256_dpwssd_epi32(acc, a, b)
-});
+product!(
+    Avx2,
+    product_avx2,
+    |acc, u, s| _mm256_add_epi32(acc, x86::product_avx2(u, s)),
+    |acc, a, b| _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+);
+product!(
+    AvxVnni,
+    product_avxvnni,
+    |acc, u, s| _mm256_dpbusd_avx_epi32(acc, u, s),
+    |acc, a, b| _mm256_dpwssd_avx_epi32(acc, a, b)
+);
+product!(
+    Avx512Vnni,
+    product_avx512vnni,
+    |acc, u, s| _mm256_dpbusd_epi32(acc, u, s),
+    |acc, a, b| _mm256_dpwssd_epi32(acc, a, b)
+);
 
 /// The dots of one packed weight row with the activation rows `rows`.
 ///
@@ -108,11 +129,90 @@ pub(crate) unsafe fn dot_rows<T: FusedType, P: Product, const R: usize>(
     }
 }
 
+/// `dot_rows` for rows that come in (value, residual) pairs of one output row: each pair's
+/// integer sums are added as `256 · value + residual` (the residual's step is exactly the
+/// value's / 256, `quantize_residual`) and converted and scaled once, which halves the float
+/// work per chunk. Each pair's dot is in its first slot, zero in the second (both add to the
+/// same output). Exact in integers: `|256 · value + residual|` stays below 2^24 (four
+/// products of at most 128 · 127 each), so its conversion to f32 is exact too.
+///
+/// # Safety
+/// As `dot_rows`; `R` is even and `rows[2i + 1]` is `rows[2i]`'s residual.
+#[inline(always)]
+pub(crate) unsafe fn dot_pairs<T: FusedType, P: Product, const R: usize>(
+    w_row: &[u8],
+    rows: &[XRow; R],
+) -> [f32; R] {
+    debug_assert!(R.is_multiple_of(2));
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut offsets = [0f32; R];
+    // SAFETY: as in `dot_rows`.
+    unsafe {
+        T::chunks(w_row, |c, chunk| {
+            debug_assert!(rows.iter().all(|r| r.codes.len() >= 32 * c + 32));
+            let wu = if T::SIGNED {
+                _mm256_sign_epi8(chunk.codes, chunk.codes)
+            } else {
+                chunk.codes
+            };
+            for i in 0..R / 2 {
+                let (value, residual) = (&rows[2 * i], &rows[2 * i + 1]);
+                // A macro, not a closure: a closure would not inherit the target features.
+                macro_rules! load {
+                    ($x:expr) => {{
+                        let xv = _mm256_loadu_si256($x.codes.as_ptr().add(32 * c).cast());
+                        if T::SIGNED {
+                            _mm256_sign_epi8(xv, chunk.codes)
+                        } else {
+                            xv
+                        }
+                    }};
+                }
+                let high = _mm256_slli_epi32(P::product(wu, load!(value)), 8);
+                let p = _mm256_cvtepi32_ps(P::product_add(high, wu, load!(residual)));
+                // The residual's scales: the value's / 256.
+                let d = _mm256_mul_ps(
+                    chunk.scales,
+                    _mm256_loadu_ps(residual.scales.as_ptr().add(8 * c)),
+                );
+                acc[2 * i] = _mm256_fmadd_ps(p, d, acc[2 * i]);
+                if !T::SIGNED && T::UNIFORM {
+                    let sum = value.sums32[c] + residual.sums32[c];
+                    offsets[2 * i] = chunk.lo.mul_add(sum, offsets[2 * i]);
+                } else if !T::SIGNED {
+                    let (lo, hi) = (
+                        value.sums[2 * c] + residual.sums[2 * c],
+                        value.sums[2 * c + 1] + residual.sums[2 * c + 1],
+                    );
+                    offsets[2 * i] += chunk.lo * lo + chunk.hi * hi;
+                }
+            }
+        });
+        std::array::from_fn(|r| {
+            if r % 2 == 0 {
+                hsum(acc[r]) + offsets[r]
+            } else {
+                0.0
+            }
+        })
+    }
+}
+
 /// A kernel for one packed weight row against up to four activation rows.
 trait RowKernel {
     /// # Safety
     /// AVX2, FMA and `P`'s features; `w_row` holds as many weights as every row.
     unsafe fn dot<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R];
+
+    /// `dot` for rows in (value, residual) pairs; the pair's dot may be in either slot, the
+    /// other's zero.
+    ///
+    /// # Safety
+    /// As `dot`; `R` is even and `rows[2i + 1]` is `rows[2i]`'s residual.
+    unsafe fn dot_paired<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R] {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::dot::<P, R>(w_row, rows) }
+    }
 }
 
 /// `dot_rows` on a chunk decoder.
@@ -122,6 +222,12 @@ impl<T: FusedType> RowKernel for Chunked<T> {
     unsafe fn dot<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R] {
         // SAFETY: forwarded from the caller.
         unsafe { dot_rows::<T, P, R>(w_row, rows) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_paired<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R] {
+        // SAFETY: forwarded from the caller.
+        unsafe { dot_pairs::<T, P, R>(w_row, rows) }
     }
 }
 
@@ -144,24 +250,29 @@ impl<T: KQuant> RowKernel for Blockwise<T> {
 #[inline(always)]
 unsafe fn tile<K: RowKernel, P: Product>(job: &Job, w_tile: &[u8], part: &mut [f32]) {
     let width = w_tile.len() / job.row_bytes;
+    // Two planes: `job.rows` lists each output row's value row, then its residual row.
+    let paired = job.planes.len() == 2;
     for (j, w_row) in w_tile.chunks_exact(job.row_bytes).enumerate() {
         prefetch_ahead(w_tile, j, job.row_bytes);
         for group in job.rows.chunks(4) {
             macro_rules! run {
-                ($r:literal) => {{
+                ($r:literal, $dot:ident) => {{
                     let xs: [XRow; $r] = std::array::from_fn(|i| group[i].1);
-                    // SAFETY: forwarded from the caller.
-                    let dots = unsafe { K::dot::<P, $r>(w_row, &xs) };
+                    // SAFETY: forwarded from the caller; with two planes the groups of 4 and
+                    // 2 hold whole pairs.
+                    let dots = unsafe { K::$dot::<P, $r>(w_row, &xs) };
                     for ((out_row, _), v) in group.iter().zip(dots) {
                         part[out_row * width + j] += v;
                     }
                 }};
             }
-            match group.len() {
-                4 => run!(4),
-                3 => run!(3),
-                2 => run!(2),
-                _ => run!(1),
+            match (group.len(), paired) {
+                (4, true) => run!(4, dot_paired),
+                (2, true) => run!(2, dot_paired),
+                (4, false) => run!(4, dot),
+                (3, _) => run!(3, dot),
+                (2, false) => run!(2, dot),
+                _ => run!(1, dot),
             }
         }
     }
