@@ -42,40 +42,110 @@ pub fn paged_attention(
     p: &AttentionParams,
     sinks: Option<&[f32]>,
 ) -> Vec<f32> {
+    let decode_tasks = seq_of
+        .iter()
+        .filter(|&&s| batch.query_start[s + 1] - batch.query_start[s] < GEMM_MIN_QUERIES as u32)
+        .count()
+        * p.num_kv_heads;
+    let parts = decode_parts(decode_tasks, rayon::current_num_threads());
+    attention_in_parts(q, k_cache, v_cache, batch, seq_of, p, sinks, parts)
+}
+
+/// Into how many parts each decode token's keys are split: one while there are (token, KV
+/// head) tasks enough for every thread, more when a few long sequences (one: a single
+/// stream) would leave threads idle or unevenly loaded (SmolLM2's 3 KV heads on 2 threads).
+fn decode_parts(tasks: usize, threads: usize) -> usize {
+    if tasks == 0 || tasks >= 2 * threads {
+        1
+    } else {
+        (4 * threads).div_ceil(tasks)
+    }
+}
+
+/// Fewest keys in a part of a split decode token: below this the parts' bookkeeping costs
+/// more than the threads gain. (Tests split short contexts too.)
+const MIN_PART_KEYS: usize = if cfg!(test) { 2 } else { 256 };
+
+/// `paged_attention` with decode tokens' keys split into up to `parts` parts.
+#[allow(clippy::too_many_arguments)]
+fn attention_in_parts(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    batch: &BatchInput,
+    seq_of: &[usize],
+    p: &AttentionParams,
+    sinks: Option<&[f32]>,
+    parts: usize,
+) -> Vec<f32> {
     let (hd, heads) = (p.head_dim, p.num_heads);
     let group = heads / p.num_kv_heads;
     let kv_dim = p.num_kv_heads * hd;
-    let bs = batch.block_size;
     let mut out = vec![0f32; q.len()];
     let q_range = |s: usize| batch.query_start[s] as usize..batch.query_start[s + 1] as usize;
     let is_long = |s: usize| q_range(s).len() >= GEMM_MIN_QUERIES;
-    // Decode-sized runs: one task per (token, KV head) for the group of query heads sharing it.
-    out.par_chunks_mut(group * hd)
-        .enumerate()
-        .filter(|(idx, _)| !is_long(seq_of[idx / p.num_kv_heads]))
-        .for_each_init(Vec::new, |scores, (idx, o)| {
-            let (t, g) = (idx / p.num_kv_heads, idx % p.num_kv_heads);
-            let s = seq_of[t];
-            let q_end = batch.query_start[s + 1] as usize;
-            let keys = decode::Keys {
-                k_cache,
-                v_cache,
-                table: batch.block_table(s),
-                block_size: bs,
-                kv_dim,
-                kv_off: g * hd,
-                // This token sees the cache up to itself: later tokens of its run are masked.
-                visible: batch.context_lens[s] as usize - (q_end - 1 - t),
-                window: p.window.unwrap_or(usize::MAX),
-            };
-            let qs = &q[t * heads * hd + g * group * hd..][..group * hd];
-            let sm = decode::Softmax {
-                scale: p.scale,
-                softcap: p.softcap,
-                sinks: sinks.map(|s| &s[g * group..(g + 1) * group]),
-            };
-            decode::attend(qs, &keys, hd, &sm, scores, o);
-        });
+    // Decode-sized runs: one task per (token, KV head) for the group of query heads sharing
+    // it, `idx = token · kv_heads + kv head`.
+    let task = |idx: usize| {
+        let (t, g) = (idx / p.num_kv_heads, idx % p.num_kv_heads);
+        let s = seq_of[t];
+        let q_end = batch.query_start[s + 1] as usize;
+        let keys = decode::Keys {
+            k_cache,
+            v_cache,
+            table: batch.block_table(s),
+            block_size: batch.block_size,
+            kv_dim,
+            kv_off: g * hd,
+            // This token sees the cache up to itself: later tokens of its run are masked.
+            visible: batch.context_lens[s] as usize - (q_end - 1 - t),
+            window: p.window.unwrap_or(usize::MAX),
+        };
+        let qs = &q[t * heads * hd + g * group * hd..][..group * hd];
+        let sm = decode::Softmax {
+            scale: p.scale,
+            softcap: p.softcap,
+            sinks: sinks.map(|s| &s[g * group..(g + 1) * group]),
+        };
+        (keys, qs, sm)
+    };
+    if parts <= 1 {
+        out.par_chunks_mut(group * hd)
+            .enumerate()
+            .filter(|(idx, _)| !is_long(seq_of[idx / p.num_kv_heads]))
+            .for_each_init(Vec::new, |scores, (idx, o)| {
+                let (keys, qs, sm) = task(idx);
+                decode::attend(qs, &keys, hd, &sm, scores, o);
+            });
+    } else {
+        // (task, key range) jobs, a task's parts next to each other.
+        let jobs: Vec<(usize, std::ops::Range<usize>)> = (0..seq_of.len() * p.num_kv_heads)
+            .filter(|idx| !is_long(seq_of[idx / p.num_kv_heads]))
+            .flat_map(|idx| {
+                let seen = task(idx).0.seen();
+                let n = parts.min(seen / MIN_PART_KEYS).max(1);
+                (0..n).map(move |i| (idx, seen * i / n..seen * (i + 1) / n))
+            })
+            .collect();
+        let partials: Vec<(usize, decode::Partial)> = jobs
+            .into_par_iter()
+            .map_init(Vec::new, |scores, (idx, range)| {
+                let (keys, qs, sm) = task(idx);
+                (idx, decode::attend_part(qs, &keys, hd, &sm, range, scores))
+            })
+            .collect();
+        for same in partials.chunk_by(|a, b| a.0 == b.0) {
+            let idx = same[0].0;
+            let own: Vec<&decode::Partial> = same.iter().map(|(_, part)| part).collect();
+            let (_, _, sm) = task(idx);
+            decode::combine(
+                &own,
+                hd,
+                sm.sinks,
+                &mut out[idx * group * hd..][..group * hd],
+            );
+        }
+    }
 
     // Long query runs: one task per (sequence, kv head, tile of queries) computes the tile for
     // the whole group of heads; scores are [tile, visible keys], never [queries, context].
@@ -226,6 +296,7 @@ mod tests {
             window in prop::option::of(1usize..12),
             softcap in prop::option::of(0.3f32..3.0),
             with_sinks in any::<bool>(),
+            parts in 1usize..5,
             seed in 1u64..u64::MAX,
         ) {
             let heads = kv_heads * group;
@@ -271,7 +342,7 @@ mod tests {
             // Sinks of about the scores' size, so they take a real share of each softmax.
             let sinks: Vec<f32> = rand_vec(heads, &mut s);
             let sinks = with_sinks.then_some(sinks.as_slice());
-            let out = paged_attention(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p, sinks);
+            let out = attention_in_parts(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p, sinks, parts);
 
             let mut t = 0;
             for (i, (done, new)) in seqs.iter().enumerate() {

@@ -19,19 +19,34 @@ pub(super) struct Keys<'a> {
     pub window: usize,
 }
 
-impl Keys<'_> {
-    /// Where key (and value) `j` starts in the caches.
-    #[inline(always)]
-    fn at(&self, j: usize) -> usize {
-        let slot = self.table[j / self.block_size] as usize * self.block_size + j % self.block_size;
-        slot * self.kv_dim + self.kv_off
-    }
-}
-
 /// `row = softmax(cap(row · scale))` in place, `cap` the optional soft-cap
 /// `c · tanh(s / c)`; a `sink` logit joins the denominator only.
-#[inline(always)]
 pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>, sink: Option<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn softmax_avx512(row: &mut [f32], scale: f32, cap: Option<f32>, sink: Option<f32>) {
+            softmax_portable(row, scale, cap, sink)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn softmax_avx2(row: &mut [f32], scale: f32, cap: Option<f32>, sink: Option<f32>) {
+            softmax_portable(row, scale, cap, sink)
+        }
+        let isa = crate::isa::Isa::current();
+        if isa.has_avx512() {
+            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
+            return unsafe { softmax_avx512(row, scale, softcap, sink) };
+        }
+        if isa.has_avx2() {
+            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
+            return unsafe { softmax_avx2(row, scale, softcap, sink) };
+        }
+    }
+    softmax_portable(row, scale, softcap, sink)
+}
+
+#[inline(always)]
+fn softmax_portable(row: &mut [f32], scale: f32, softcap: Option<f32>, sink: Option<f32>) {
     match softcap {
         Some(c) => row
             .iter_mut()
@@ -42,13 +57,46 @@ pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>, 
         .iter()
         .copied()
         .fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
+    // The sink may be -inf (no sink at all, in effect): the library exp gives it 0.
     let mut total = sink.map_or(0.0, |s| (s - max).exp());
     for x in row.iter_mut() {
-        *x = (*x - max).exp();
-        total += *x;
+        *x = exp(*x - max);
     }
+    total += sum_lanes(row);
     let inv = 1.0 / total;
     row.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// `e^x` in f32 arithmetic the compiler vectorizes (the library's `exp` is a call per value,
+/// which made softmax a large part of long-context attention): `x = n ln 2 + r` with `n` an
+/// integer and `|r| ≤ ln 2 / 2`, `e^r` by its Taylor series to `r^7` (truncation below 1e-8),
+/// and `2^n` built in the exponent bits. Relative error within a few ulps for `x` in
+/// [-87.3, 88]; below, the smallest normal float's neighbourhood (where softmax weights vanish
+/// beside the largest, which is 1); above, `e^88`.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    // ln 2 split so that `n · LN2_HI` is exact for |n| < 2^9 (Cody and Waite).
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // 1.5 · 2^23: adding and subtracting it rounds a float below 2^22 to an integer.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.336_55, 88.0);
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.0 / 5040.0;
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p * r + c;
+    }
+    // n is in -126..=127: a normal float's biased exponent.
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// How a group's scores become weights: `softmax(cap(s · scale))`, each query head's sink
@@ -61,6 +109,17 @@ pub(super) struct Softmax<'a> {
     pub sinks: Option<&'a [f32]>,
 }
 
+/// A group's attention over a part of its keys, not yet normalized: per query head the
+/// largest (scaled, capped) score, `Σ e^(score − max)` and `Σ e^(score − max) · v`. Parts of
+/// one token's keys computed on different threads combine exactly (`combine`), so a single
+/// long sequence is not held to one thread per KV head.
+pub(super) struct Partial {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    /// `[group, hd]`.
+    out: Vec<f32>,
+}
+
 /// `out [group, hd]` = softmax(q·Kᵀ · scale) · V for the `group` queries `q [group, hd]`;
 /// `scores` is scratch.
 pub(super) fn attend(
@@ -71,63 +130,232 @@ pub(super) fn attend(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::isa::Isa::current().has_avx512() {
-            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
-            return unsafe { attend_avx512(q, keys, hd, sm, scores, out) };
-        }
-        if crate::isa::Isa::current().has_avx2() {
-            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-            return unsafe { attend_avx2(q, keys, hd, sm, scores, out) };
-        }
-    }
-    attend_portable(q, keys, hd, sm, scores, out)
+    let whole = attend_part(q, keys, hd, sm, 0..keys.seen(), scores);
+    combine(&[&whole], hd, sm.sinks, out);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn attend_avx512(q: &[f32], keys: &Keys, hd: usize, sm: &Softmax, s: &mut Vec<f32>, o: &mut [f32]) {
-    attend_portable(q, keys, hd, sm, s, o)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn attend_avx2(q: &[f32], keys: &Keys, hd: usize, sm: &Softmax, s: &mut Vec<f32>, o: &mut [f32]) {
-    attend_portable(q, keys, hd, sm, s, o)
-}
-
-#[inline(always)]
-fn attend_portable(
+/// The `Partial` of keys `range` of those `keys` shows this token (0 is the first it sees).
+pub(super) fn attend_part(
     q: &[f32],
     keys: &Keys,
     hd: usize,
     sm: &Softmax,
+    range: std::ops::Range<usize>,
     scores: &mut Vec<f32>,
-    out: &mut [f32],
-) {
-    let group = q.len() / hd;
-    let first = keys.visible.saturating_sub(keys.window);
-    let n = keys.visible - first;
-    // Scores as [group, keys].
-    scores.clear();
-    scores.resize(group * n, 0.0);
-    for j in 0..n {
-        let k = &keys.k_cache[keys.at(first + j)..][..hd];
-        for (i, qi) in q.chunks_exact(hd).enumerate() {
-            scores[i * n + j] = dot_portable(qi, k);
+) -> Partial {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn part_avx512(
+            q: &[f32],
+            keys: &Keys,
+            hd: usize,
+            sm: &Softmax,
+            range: std::ops::Range<usize>,
+            s: &mut Vec<f32>,
+        ) -> Partial {
+            part_portable(q, keys, hd, sm, range, s)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn part_avx2(
+            q: &[f32],
+            keys: &Keys,
+            hd: usize,
+            sm: &Softmax,
+            range: std::ops::Range<usize>,
+            s: &mut Vec<f32>,
+        ) -> Partial {
+            part_portable(q, keys, hd, sm, range, s)
+        }
+        let isa = crate::isa::Isa::current();
+        if isa.has_avx512() {
+            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
+            return unsafe { part_avx512(q, keys, hd, sm, range, scores) };
+        }
+        if isa.has_avx2() {
+            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
+            return unsafe { part_avx2(q, keys, hd, sm, range, scores) };
         }
     }
-    for (i, row) in scores.chunks_exact_mut(n.max(1)).enumerate() {
-        softmax_scaled(row, sm.scale, sm.softcap, sm.sinks.map(|s| s[i]));
+    part_portable(q, keys, hd, sm, range, scores)
+}
+
+impl Keys<'_> {
+    /// How many keys this token sees.
+    pub(super) fn seen(&self) -> usize {
+        self.visible - self.first()
     }
-    out.fill(0.0);
-    for j in 0..n {
-        let v = &keys.v_cache[keys.at(first + j)..][..hd];
+
+    fn first(&self) -> usize {
+        self.visible.saturating_sub(self.window)
+    }
+
+    /// Calls `f(j, at)` for keys `range` (counted from the first seen) with each key's offset
+    /// in the caches, walking the block table a block at a time (no division per key).
+    #[inline(always)]
+    fn each(&self, range: std::ops::Range<usize>, mut f: impl FnMut(usize, usize)) {
+        let (first, bs) = (self.first(), self.block_size);
+        let (lo, hi) = (first + range.start, first + range.end);
+        let mut p = lo;
+        while p < hi {
+            let block = p / bs;
+            let end = ((block + 1) * bs).min(hi);
+            // Position `block · bs` sits at slot `table[block] · bs`.
+            let (slot0, pos0) = (self.table[block] as usize * bs, block * bs);
+            for p in p..end {
+                f(p - first, (slot0 + p - pos0) * self.kv_dim + self.kv_off);
+            }
+            p = end;
+        }
+    }
+}
+
+#[inline(always)]
+fn part_portable(
+    q: &[f32],
+    keys: &Keys,
+    hd: usize,
+    sm: &Softmax,
+    range: std::ops::Range<usize>,
+    scores: &mut Vec<f32>,
+) -> Partial {
+    let group = q.len() / hd;
+    let (start, n) = (range.start, range.len());
+    // Scores as [group, keys of the part].
+    scores.clear();
+    scores.resize(group * n, 0.0);
+    keys.each(range.clone(), |j, at| {
+        let k = &keys.k_cache[at..][..hd];
+        for (i, qi) in q.chunks_exact(hd).enumerate() {
+            scores[i * n + j - start] = dot_portable(qi, k);
+        }
+    });
+    let mut max = vec![f32::NEG_INFINITY; group];
+    let mut sum = vec![0f32; group];
+    for ((row, m), total) in scores
+        .chunks_exact_mut(n.max(1))
+        .zip(&mut max)
+        .zip(&mut sum)
+    {
+        (*m, *total) = exp_scaled(row, sm.scale, sm.softcap);
+    }
+    let mut out = vec![0f32; group * hd];
+    keys.each(range, |j, at| {
+        let v = &keys.v_cache[at..][..hd];
         for (i, oi) in out.chunks_exact_mut(hd).enumerate() {
-            let w = scores[i * n + j];
+            let w = scores[i * n + j - start];
             for (acc, &vv) in oi.iter_mut().zip(v) {
                 *acc = w.mul_add(vv, *acc);
+            }
+        }
+    });
+    Partial { max, sum, out }
+}
+
+/// `row = e^(cap(row · scale) − max)` in place; returns the max and the sum of the row.
+#[inline(always)]
+fn exp_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>) -> (f32, f32) {
+    match softcap {
+        Some(c) => row
+            .iter_mut()
+            .for_each(|x| *x = c * (*x * scale / c).tanh()),
+        None => row.iter_mut().for_each(|x| *x *= scale),
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for x in row.iter_mut() {
+        *x = exp(*x - max);
+    }
+    (max, sum_lanes(row))
+}
+
+/// The sum in eight partial sums: a sequential sum would not vectorize (float addition order).
+#[inline(always)]
+fn sum_lanes(row: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let chunks = row.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l += x;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// The normalized attention of a token's parts (over disjoint keys, together all it sees),
+/// each query head's `sinks` logit in the denominator: each part rescaled by `e^(its max −
+/// the overall max)`.
+pub(super) fn combine(parts: &[&Partial], hd: usize, sinks: Option<&[f32]>, out: &mut [f32]) {
+    for (i, o) in out.chunks_exact_mut(hd).enumerate() {
+        let sink = sinks.map(|s| s[i]);
+        let max = parts
+            .iter()
+            .map(|p| p.max[i])
+            .fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
+        // The library exp: a sink of -inf (none, in effect) or an empty part gives exactly 0.
+        let mut total = sink.map_or(0.0, |s| (s - max).exp());
+        o.fill(0.0);
+        for p in parts {
+            let w = (p.max[i] - max).exp();
+            if w == 0.0 {
+                continue;
+            }
+            total += w * p.sum[i];
+            for (acc, &v) in o.iter_mut().zip(&p.out[i * hd..(i + 1) * hd]) {
+                *acc = w.mul_add(v, *acc);
+            }
+        }
+        let inv = 1.0 / total;
+        o.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Within 4e-7 of float64's `exp` over the range softmax uses (and past it), and the
+    /// clamped ends stay finite.
+    #[test]
+    fn exp_matches_float64() {
+        let mut worst = 0f64;
+        let mut x = -87.3f32;
+        while x < 88.0 {
+            let want = (x as f64).exp();
+            let got = exp(x) as f64;
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.000_37;
+        }
+        assert!(worst < 4e-7, "relative error {worst}");
+        assert!(exp(-1000.0) < 1.2e-38 && exp(-1000.0) >= 0.0);
+        assert!(exp(f32::NEG_INFINITY) < 1.2e-38);
+        assert!(exp(1000.0).is_finite());
+        assert_eq!(exp(0.0), 1.0);
+        assert!(exp(f32::NAN).is_nan());
+    }
+
+    /// Softmax rows sum to one, in the order of their scores, on every level's compilation
+    /// (the dispatch picks the level this CPU runs).
+    #[test]
+    fn softmax_rows_sum_to_one_and_match_float64() {
+        for n in [1, 7, 8, 9, 33, 300] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37)
+                .collect();
+            let mut got = row.clone();
+            softmax_scaled(&mut got, 0.5, None, Some(1.5));
+            let max = row.iter().fold(1.5f64, |m, &x| m.max(x as f64 * 0.5));
+            let total: f64 = row
+                .iter()
+                .map(|&x| (x as f64 * 0.5 - max).exp())
+                .sum::<f64>()
+                + (1.5 - max).exp();
+            for (g, &x) in got.iter().zip(&row) {
+                let want = (x as f64 * 0.5 - max).exp() / total;
+                assert!(
+                    (*g as f64 - want).abs() < 1e-6 * want.max(1e-3),
+                    "n {n}: {g} vs {want}"
+                );
             }
         }
     }
