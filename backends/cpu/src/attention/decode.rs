@@ -190,23 +190,29 @@ impl Keys<'_> {
         self.visible.saturating_sub(self.window)
     }
 
-    /// Calls `f(j, at)` for keys `range` (counted from the first seen) with each key's offset
-    /// in the caches, walking the block table a block at a time (no division per key).
-    #[inline(always)]
-    fn each(&self, range: std::ops::Range<usize>, mut f: impl FnMut(usize, usize)) {
+    /// Keys `range` (counted from the first seen) as runs of consecutive cache slots, one per
+    /// block they touch: `(first key's index, its offset in the caches, keys in the run)`.
+    /// Callers loop over a run's keys themselves (a closure's body is compiled once, outside
+    /// the per-level copies of its caller) and find none of them by division.
+    fn runs(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
         let (first, bs) = (self.first(), self.block_size);
         let (lo, hi) = (first + range.start, first + range.end);
         let mut p = lo;
-        while p < hi {
+        std::iter::from_fn(move || {
+            if p >= hi {
+                return None;
+            }
             let block = p / bs;
             let end = ((block + 1) * bs).min(hi);
             // Position `block · bs` sits at slot `table[block] · bs`.
-            let (slot0, pos0) = (self.table[block] as usize * bs, block * bs);
-            for p in p..end {
-                f(p - first, (slot0 + p - pos0) * self.kv_dim + self.kv_off);
-            }
+            let slot = self.table[block] as usize * bs + (p - block * bs);
+            let run = (p - first, slot * self.kv_dim + self.kv_off, end - p);
             p = end;
-        }
+            Some(run)
+        })
     }
 }
 
@@ -224,12 +230,14 @@ fn part_portable(
     // Scores as [group, keys of the part].
     scores.clear();
     scores.resize(group * n, 0.0);
-    keys.each(range.clone(), |j, at| {
-        let k = &keys.k_cache[at..][..hd];
-        for (i, qi) in q.chunks_exact(hd).enumerate() {
-            scores[i * n + j - start] = dot_portable(qi, k);
+    for (j0, at0, len) in keys.runs(range.clone()) {
+        for r in 0..len {
+            let k = &keys.k_cache[at0 + r * keys.kv_dim..][..hd];
+            for (i, qi) in q.chunks_exact(hd).enumerate() {
+                scores[i * n + j0 + r - start] = dot_portable(qi, k);
+            }
         }
-    });
+    }
     let mut max = vec![f32::NEG_INFINITY; group];
     let mut sum = vec![0f32; group];
     for ((row, m), total) in scores
@@ -240,15 +248,17 @@ fn part_portable(
         (*m, *total) = exp_scaled(row, sm.scale, sm.softcap);
     }
     let mut out = vec![0f32; group * hd];
-    keys.each(range, |j, at| {
-        let v = &keys.v_cache[at..][..hd];
-        for (i, oi) in out.chunks_exact_mut(hd).enumerate() {
-            let w = scores[i * n + j - start];
-            for (acc, &vv) in oi.iter_mut().zip(v) {
-                *acc = w.mul_add(vv, *acc);
+    for (j0, at0, len) in keys.runs(range) {
+        for r in 0..len {
+            let v = &keys.v_cache[at0 + r * keys.kv_dim..][..hd];
+            for (i, oi) in out.chunks_exact_mut(hd).enumerate() {
+                let w = scores[i * n + j0 + r - start];
+                for (acc, &vv) in oi.iter_mut().zip(v) {
+                    *acc = w.mul_add(vv, *acc);
+                }
             }
         }
-    });
+    }
     Partial { max, sum, out }
 }
 
