@@ -19,52 +19,50 @@ pub(super) struct Keys<'a> {
     pub window: usize,
 }
 
+/// Evaluates `$body`, an expression in the named arguments, in a function compiled for the
+/// level in use (AVX-512F, AVX2 + FMA, or portable), so the loops it inlines vectorize for it.
+macro_rules! on_level {
+    (($($arg:ident: $ty:ty),*) -> $ret:ty, $body:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f")]
+            fn avx512($($arg: $ty),*) -> $ret {
+                $body
+            }
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2($($arg: $ty),*) -> $ret {
+                $body
+            }
+            let isa = crate::isa::Isa::current();
+            if isa.has_avx512() {
+                // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
+                return unsafe { avx512($($arg),*) };
+            }
+            if isa.has_avx2() {
+                // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it.
+                return unsafe { avx2($($arg),*) };
+            }
+        }
+        $body
+    }};
+}
+
 /// `row = softmax(cap(row · scale))` in place, `cap` the optional soft-cap
 /// `c · tanh(s / c)`; a `sink` logit joins the denominator only.
 pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>, sink: Option<f32>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        fn softmax_avx512(row: &mut [f32], scale: f32, cap: Option<f32>, sink: Option<f32>) {
-            softmax_portable(row, scale, cap, sink)
+    on_level!(
+        (row: &mut [f32], scale: f32, softcap: Option<f32>, sink: Option<f32>) -> (),
+        {
+            let (max, sum) = exp_scaled(row, scale, softcap);
+            // As `combine` does for a part: the row rescaled to the larger of its max and the
+            // sink's (library `exp`: a sink of -inf gives exactly 0).
+            let top = sink.map_or(max, |s| s.max(max));
+            let rescale = (max - top).exp();
+            let total = sum * rescale + sink.map_or(0.0, |s| (s - top).exp());
+            let factor = rescale / total;
+            row.iter_mut().for_each(|x| *x *= factor);
         }
-        #[target_feature(enable = "avx2,fma")]
-        fn softmax_avx2(row: &mut [f32], scale: f32, cap: Option<f32>, sink: Option<f32>) {
-            softmax_portable(row, scale, cap, sink)
-        }
-        let isa = crate::isa::Isa::current();
-        if isa.has_avx512() {
-            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
-            return unsafe { softmax_avx512(row, scale, softcap, sink) };
-        }
-        if isa.has_avx2() {
-            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-            return unsafe { softmax_avx2(row, scale, softcap, sink) };
-        }
-    }
-    softmax_portable(row, scale, softcap, sink)
-}
-
-#[inline(always)]
-fn softmax_portable(row: &mut [f32], scale: f32, softcap: Option<f32>, sink: Option<f32>) {
-    match softcap {
-        Some(c) => row
-            .iter_mut()
-            .for_each(|x| *x = c * (*x * scale / c).tanh()),
-        None => row.iter_mut().for_each(|x| *x *= scale),
-    }
-    let max = row
-        .iter()
-        .copied()
-        .fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
-    // The sink may be -inf (no sink at all, in effect): the library exp gives it 0.
-    let mut total = sink.map_or(0.0, |s| (s - max).exp());
-    for x in row.iter_mut() {
-        *x = exp(*x - max);
-    }
-    total += sum_lanes(row);
-    let inv = 1.0 / total;
-    row.iter_mut().for_each(|x| *x *= inv);
+    )
 }
 
 /// `e^x` in f32 arithmetic the compiler vectorizes (the library's `exp` is a call per value,
@@ -143,41 +141,11 @@ pub(super) fn attend_part(
     range: std::ops::Range<usize>,
     scores: &mut Vec<f32>,
 ) -> Partial {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        fn part_avx512(
-            q: &[f32],
-            keys: &Keys,
-            hd: usize,
-            sm: &Softmax,
-            range: std::ops::Range<usize>,
-            s: &mut Vec<f32>,
-        ) -> Partial {
-            part_portable(q, keys, hd, sm, range, s)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        fn part_avx2(
-            q: &[f32],
-            keys: &Keys,
-            hd: usize,
-            sm: &Softmax,
-            range: std::ops::Range<usize>,
-            s: &mut Vec<f32>,
-        ) -> Partial {
-            part_portable(q, keys, hd, sm, range, s)
-        }
-        let isa = crate::isa::Isa::current();
-        if isa.has_avx512() {
-            // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
-            return unsafe { part_avx512(q, keys, hd, sm, range, scores) };
-        }
-        if isa.has_avx2() {
-            // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-            return unsafe { part_avx2(q, keys, hd, sm, range, scores) };
-        }
-    }
-    part_portable(q, keys, hd, sm, range, scores)
+    on_level!(
+        (q: &[f32], keys: &Keys, hd: usize, sm: &Softmax, range: std::ops::Range<usize>,
+         scores: &mut Vec<f32>) -> Partial,
+        part_portable(q, keys, hd, sm, range, scores)
+    )
 }
 
 impl Keys<'_> {

@@ -120,42 +120,54 @@ fn quantize(x: &[f32], k: usize, group: usize) -> Q8Rows {
     debug_assert!(group == 16 || group == 256);
     debug_assert!(k.is_multiple_of(32) && k.is_multiple_of(group));
     debug_assert!(x.len().is_multiple_of(k));
-    let mut q = Q8Rows {
-        k,
-        group,
-        codes: vec![0; x.len()],
-        scales: vec![0.0; x.len() / 4],
-        sums: vec![0.0; x.len() / 16],
-        sums32: vec![0.0; x.len() / 32],
-        code_sums: vec![0; x.len() / 16],
-        group_scales: vec![0.0; x.len() / group],
-    };
-    for (g, (xs, codes)) in x
+    let mut codes = vec![0i8; x.len()];
+    let mut group_scales = vec![0f32; x.len() / group];
+    for ((xs, codes), group_scale_of) in x
         .chunks_exact(group)
-        .zip(q.codes.chunks_exact_mut(group))
-        .enumerate()
+        .zip(codes.chunks_exact_mut(group))
+        .zip(&mut group_scales)
     {
         let (scale, inv) = group_scale(xs);
         for (c, v) in codes.iter_mut().zip(xs) {
             *c = (v * inv).round_ties_even() as i8;
         }
-        q.scales[g * group / 4..(g + 1) * group / 4].fill(scale);
-        q.group_scales[g] = scale;
+        *group_scale_of = scale;
+    }
+    plane(k, group, codes, group_scales)
+}
+
+/// A plane of `codes` with one scale per `group` of them, and what the kernels read derived
+/// from the two: the scales per 4-value lane and the per-16 and per-32 sums.
+#[inline(always)]
+fn plane(k: usize, group: usize, codes: Vec<i8>, group_scales: Vec<f32>) -> Q8Rows {
+    let n = codes.len();
+    let mut scales = vec![0f32; n / 4];
+    let mut sums = vec![0f32; n / 16];
+    let mut code_sums = vec![0i16; n / 16];
+    for (g, &scale) in group_scales.iter().enumerate() {
+        scales[g * group / 4..(g + 1) * group / 4].fill(scale);
         let sixteens = g * group / 16..(g + 1) * group / 16;
-        for ((sum, code_sum), c16) in q.sums[sixteens.clone()]
+        for ((sum, code_sum), c16) in sums[sixteens.clone()]
             .iter_mut()
-            .zip(&mut q.code_sums[sixteens])
-            .zip(codes.chunks_exact(16))
+            .zip(&mut code_sums[sixteens])
+            .zip(codes[g * group..(g + 1) * group].chunks_exact(16))
         {
             // At most 16 · 127 in magnitude.
             *code_sum = c16.iter().map(|&c| c as i16).sum();
             *sum = scale * *code_sum as f32;
         }
     }
-    for (s32, s) in q.sums32.iter_mut().zip(q.sums.chunks_exact(2)) {
-        *s32 = s[0] + s[1];
+    let sums32 = sums.chunks_exact(2).map(|s| s[0] + s[1]).collect();
+    Q8Rows {
+        k,
+        group,
+        codes,
+        scales,
+        sums,
+        sums32,
+        code_sums,
+        group_scales,
     }
-    q
 }
 
 /// What `q` leaves of `x`, quantized again: `x ≈ q + residual` to about 16 bits, for matmuls
@@ -178,44 +190,22 @@ pub(crate) fn quantize_residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
 
 #[inline(always)]
 fn residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
-    let (k, group) = (q.k, q.group);
-    let mut r = Q8Rows {
-        k,
-        group,
-        codes: vec![0; x.len()],
-        scales: vec![0.0; x.len() / 4],
-        sums: vec![0.0; x.len() / 16],
-        sums32: vec![0.0; x.len() / 32],
-        code_sums: vec![0; x.len() / 16],
-        group_scales: vec![0.0; x.len() / group],
-    };
-    for (g, ((xs, codes), value_codes)) in x
+    let group = q.group;
+    let mut codes = vec![0i8; x.len()];
+    let mut group_scales = vec![0f32; x.len() / group];
+    for (((xs, codes), value_codes), (step_of, &value_scale)) in x
         .chunks_exact(group)
-        .zip(r.codes.chunks_exact_mut(group))
+        .zip(codes.chunks_exact_mut(group))
         .zip(q.codes.chunks_exact(group))
-        .enumerate()
+        .zip(group_scales.iter_mut().zip(&q.group_scales))
     {
-        let (scale, inv) = residual_step(q.group_scales[g]);
-        let value_scale = q.group_scales[g];
+        let (step, inv) = residual_step(value_scale);
         for ((c, v), vc) in codes.iter_mut().zip(xs).zip(value_codes) {
             *c = residual_code(v - *vc as f32 * value_scale, inv) as i8;
         }
-        r.scales[g * group / 4..(g + 1) * group / 4].fill(scale);
-        r.group_scales[g] = scale;
-        let sixteens = g * group / 16..(g + 1) * group / 16;
-        for ((sum, code_sum), c16) in r.sums[sixteens.clone()]
-            .iter_mut()
-            .zip(&mut r.code_sums[sixteens])
-            .zip(codes.chunks_exact(16))
-        {
-            *code_sum = c16.iter().map(|&c| c as i16).sum();
-            *sum = scale * *code_sum as f32;
-        }
+        *step_of = step;
     }
-    for (s32, s) in r.sums32.iter_mut().zip(r.sums.chunks_exact(2)) {
-        *s32 = s[0] + s[1];
-    }
-    r
+    plane(q.k, group, codes, group_scales)
 }
 
 /// The residual plane's step for a group whose value plane has step `scale`: `scale / 256`

@@ -18,7 +18,7 @@ use super::kernels::x86::{self, hsum};
 use super::Job;
 use crate::matmul::prefetch_ahead;
 pub(crate) use decode::has_fused;
-use decode::{with_decoder, FusedType};
+use decode::{with_decoder, Chunk, FusedType};
 use kquant::KQuant;
 
 /// The integer multiply-adds of a level.
@@ -86,6 +86,53 @@ product!(
     |acc, a, b| _mm256_dpwssd_epi32(acc, a, b)
 );
 
+/// A chunk's weight bytes as `maddubs` takes them (unsigned): signed types' magnitudes, whose
+/// signs `activation_bytes` moves onto the activations.
+///
+/// # Safety
+/// AVX2.
+#[inline(always)]
+unsafe fn weight_bytes<T: FusedType>(chunk: &Chunk) -> __m256i {
+    // SAFETY: a register-only intrinsic; the caller has AVX2.
+    unsafe {
+        if T::SIGNED {
+            _mm256_sign_epi8(chunk.codes, chunk.codes)
+        } else {
+            chunk.codes
+        }
+    }
+}
+
+/// Row `x`'s 32 codes of chunk `c`, signed by the chunk's weights for signed types.
+///
+/// # Safety
+/// AVX2; `x` holds chunk `c`.
+#[inline(always)]
+unsafe fn activation_bytes<T: FusedType>(chunk: &Chunk, x: &XRow, c: usize) -> __m256i {
+    debug_assert!(x.codes.len() >= 32 * c + 32);
+    // SAFETY: the 32 bytes lie in the row (the caller's contract); the caller has AVX2.
+    unsafe {
+        let xv = _mm256_loadu_si256(x.codes.as_ptr().add(32 * c).cast());
+        if T::SIGNED {
+            _mm256_sign_epi8(xv, chunk.codes)
+        } else {
+            xv
+        }
+    }
+}
+
+/// What the chunk's per-16 offsets add to row `x`'s dot (nothing for signed codes).
+#[inline(always)]
+fn offset<T: FusedType>(chunk: &Chunk, x: &XRow, c: usize) -> f32 {
+    if T::SIGNED {
+        0.0
+    } else if T::UNIFORM {
+        chunk.lo * x.sums32[c]
+    } else {
+        chunk.lo * x.sums[2 * c] + chunk.hi * x.sums[2 * c + 1]
+    }
+}
+
 /// The dots of one packed weight row with the activation rows `rows`.
 ///
 /// # Safety
@@ -102,27 +149,13 @@ pub(crate) unsafe fn dot_rows<T: FusedType, P: Product, const R: usize>(
     // the row's 32-weight chunks, and each row holds 32 codes and 8 scales per chunk).
     unsafe {
         T::chunks(w_row, |c, chunk| {
-            debug_assert!(rows.iter().all(|r| r.codes.len() >= 32 * c + 32));
-            let wu = if T::SIGNED {
-                _mm256_sign_epi8(chunk.codes, chunk.codes)
-            } else {
-                chunk.codes
-            };
+            let wu = weight_bytes::<T>(&chunk);
             for (r, x) in rows.iter().enumerate() {
-                let xv = _mm256_loadu_si256(x.codes.as_ptr().add(32 * c).cast());
-                let xs = if T::SIGNED {
-                    _mm256_sign_epi8(xv, chunk.codes)
-                } else {
-                    xv
-                };
+                let xs = activation_bytes::<T>(&chunk, x, c);
                 let p = _mm256_cvtepi32_ps(P::product(wu, xs));
                 let d = _mm256_mul_ps(chunk.scales, _mm256_loadu_ps(x.scales.as_ptr().add(8 * c)));
                 acc[r] = _mm256_fmadd_ps(p, d, acc[r]);
-                if !T::SIGNED && T::UNIFORM {
-                    offsets[r] = chunk.lo.mul_add(x.sums32[c], offsets[r]);
-                } else if !T::SIGNED {
-                    offsets[r] += chunk.lo * x.sums[2 * c] + chunk.hi * x.sums[2 * c + 1];
-                }
+                offsets[r] += offset::<T>(&chunk, x, c);
             }
         });
         std::array::from_fn(|r| hsum(acc[r]) + offsets[r])
@@ -149,43 +182,19 @@ pub(crate) unsafe fn dot_pairs<T: FusedType, P: Product, const R: usize>(
     // SAFETY: as in `dot_rows`.
     unsafe {
         T::chunks(w_row, |c, chunk| {
-            debug_assert!(rows.iter().all(|r| r.codes.len() >= 32 * c + 32));
-            let wu = if T::SIGNED {
-                _mm256_sign_epi8(chunk.codes, chunk.codes)
-            } else {
-                chunk.codes
-            };
+            let wu = weight_bytes::<T>(&chunk);
             for i in 0..R / 2 {
                 let (value, residual) = (&rows[2 * i], &rows[2 * i + 1]);
-                // A macro, not a closure: a closure would not inherit the target features.
-                macro_rules! load {
-                    ($x:expr) => {{
-                        let xv = _mm256_loadu_si256($x.codes.as_ptr().add(32 * c).cast());
-                        if T::SIGNED {
-                            _mm256_sign_epi8(xv, chunk.codes)
-                        } else {
-                            xv
-                        }
-                    }};
-                }
-                let high = _mm256_slli_epi32(P::product(wu, load!(value)), 8);
-                let p = _mm256_cvtepi32_ps(P::product_add(high, wu, load!(residual)));
+                let high =
+                    _mm256_slli_epi32(P::product(wu, activation_bytes::<T>(&chunk, value, c)), 8);
+                let both = P::product_add(high, wu, activation_bytes::<T>(&chunk, residual, c));
                 // The residual's scales: the value's / 256.
                 let d = _mm256_mul_ps(
                     chunk.scales,
                     _mm256_loadu_ps(residual.scales.as_ptr().add(8 * c)),
                 );
-                acc[2 * i] = _mm256_fmadd_ps(p, d, acc[2 * i]);
-                if !T::SIGNED && T::UNIFORM {
-                    let sum = value.sums32[c] + residual.sums32[c];
-                    offsets[2 * i] = chunk.lo.mul_add(sum, offsets[2 * i]);
-                } else if !T::SIGNED {
-                    let (lo, hi) = (
-                        value.sums[2 * c] + residual.sums[2 * c],
-                        value.sums[2 * c + 1] + residual.sums[2 * c + 1],
-                    );
-                    offsets[2 * i] += chunk.lo * lo + chunk.hi * hi;
-                }
+                acc[2 * i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(both), d, acc[2 * i]);
+                offsets[2 * i] += offset::<T>(&chunk, value, c) + offset::<T>(&chunk, residual, c);
             }
         });
         std::array::from_fn(|r| {
