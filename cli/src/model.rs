@@ -27,11 +27,16 @@ pub enum BackendKind {
     Cuda,
 }
 
-/// How the CPU backend holds Q4_0 / Q4_1 / Q8_0 weights.
+/// How the CPU backend holds quantized weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CpuWeights {
-    /// As stored, decoded inside the matmul (fast).
+    /// Packed, decoded inside the matmul (fast); Q4_K matrices repacked at load into
+    /// interleaved rows for the decode kernels where this CPU has them (llama.cpp's repack:
+    /// a copy of those tensors in memory).
     Packed,
+    /// Packed as stored, computed on in place in the mapped file (no repacked copy: resident
+    /// memory stays at the file's size and is shared between processes; slower Q4_K decode).
+    Mapped,
     /// Dequantized to f32 at load (the plain reference path).
     F32,
 }
@@ -70,6 +75,7 @@ impl CpuWeights {
     pub fn backend(self) -> CpuBackend {
         match self {
             CpuWeights::Packed => CpuBackend::new(),
+            CpuWeights::Mapped => CpuBackend::new().without_repacking(),
             CpuWeights::F32 => CpuBackend::f32_weights(),
         }
     }

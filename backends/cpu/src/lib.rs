@@ -33,6 +33,7 @@ pub use isa::{Isa, ISA_ENV};
 use kv_cache::copy_between;
 pub use kv_cache::CpuKvCache;
 pub use matmul::matmul;
+use qdot::Layout;
 pub use qdot::{matmul_quantized, Activations};
 use tensor::Storage;
 pub use tensor::{CpuBatch, CpuTensor};
@@ -40,6 +41,9 @@ pub use tensor::{CpuBatch, CpuTensor};
 #[derive(Clone)]
 pub struct CpuBackend {
     packed_weights: bool,
+    /// Whether Q4_K matrices are repacked at load into interleaved rows (`qdot::interleave`)
+    /// where this CPU has their kernels, instead of computed on in the file's layout.
+    repack: bool,
     /// The tensor-parallel group whose MPI all-reduce sums the row-parallel outputs.
     group: Option<Arc<dyn ProcessGroup>>,
 }
@@ -48,6 +52,7 @@ impl std::fmt::Debug for CpuBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuBackend")
             .field("packed_weights", &self.packed_weights)
+            .field("repack", &self.repack)
             .field("ranks", &self.group.as_ref().map(|g| g.size()))
             .finish()
     }
@@ -64,7 +69,17 @@ impl CpuBackend {
     pub fn new() -> Self {
         CpuBackend {
             packed_weights: true,
+            repack: true,
             group: None,
+        }
+    }
+
+    /// Keeps every packed matrix as stored, a view of the mapped file (no repacked copy:
+    /// resident memory stays at the file's size), at the speed of the row-major kernels.
+    pub fn without_repacking(self) -> Self {
+        CpuBackend {
+            repack: false,
+            ..self
         }
     }
 
@@ -72,6 +87,7 @@ impl CpuBackend {
     pub fn f32_weights() -> Self {
         CpuBackend {
             packed_weights: false,
+            repack: false,
             group: None,
         }
     }
@@ -127,13 +143,26 @@ fn matmul_with(
     let x = x.f32("matmul")?;
     let out = match &w.storage {
         Storage::F32(w) => matmul::matmul(x, w, m, k, n),
-        Storage::Packed { dtype, data } if quant::has_f32_kernels(*dtype) => {
-            quant::matmul_packed(x, data, *dtype, m, k, n)
+        Storage::Packed {
+            dtype,
+            data,
+            layout: Layout::Rows,
+        } if quant::has_f32_kernels(*dtype) => quant::matmul_packed(x, data, *dtype, m, k, n),
+        Storage::Packed {
+            dtype,
+            data,
+            layout,
+        } => {
+            let made;
+            let prepared = match prepared {
+                Some(p) => p,
+                None => {
+                    made = qdot::Prepared::new(activations, x, m, k, &[*dtype]);
+                    &made
+                }
+            };
+            qdot::matmul_prepared(prepared, data, *layout, *dtype, n)
         }
-        Storage::Packed { dtype, data } => match prepared {
-            Some(p) => qdot::matmul_prepared(p, data, *dtype, n),
-            None => qdot::matmul_quantized(activations, x, data, *dtype, m, k, n),
-        },
     };
     Ok(CpuTensor::new(vec![m, n], out))
 }
@@ -156,7 +185,11 @@ impl Backend for CpuBackend {
     type Routing = HostRouting;
 
     fn name(&self) -> String {
-        let weights = if self.packed_weights { "packed" } else { "f32" };
+        let weights = match (self.packed_weights, self.repack) {
+            (true, true) => "packed, Q4_K repacked",
+            (true, false) => "packed as stored",
+            (false, _) => "f32",
+        };
         format!(
             "cpu ({} threads, {weights} weights)",
             rayon::current_num_threads()
@@ -177,11 +210,22 @@ impl Backend for CpuBackend {
             && (t.shape.len() == 2 || t.shape.len() == 3)
             && cols.is_multiple_of(per_block)
             && t.data.len() == rows * t.row_bytes();
-        Ok(usable.then(|| CpuTensor {
+        if !usable {
+            return Ok(None);
+        }
+        let (data, layout) =
+            if self.repack && t.shape.len() == 2 && qdot::interleavable(t.dtype, rows, cols) {
+                let data = qdot::interleave(&t.data, rows, cols);
+                (data.into(), Layout::Interleaved)
+            } else {
+                (t.data.clone(), Layout::Rows)
+            };
+        Ok(Some(CpuTensor {
             shape: t.shape.clone(),
             storage: Storage::Packed {
                 dtype: t.dtype,
-                data: t.data.clone(),
+                data,
+                layout,
             },
         }))
     }
@@ -237,12 +281,18 @@ impl Backend for CpuBackend {
         }
         let data = match &table.storage {
             Storage::F32(t) => ops::gather_rows(t, d, &batch.input.token_ids),
-            Storage::Packed { dtype, data } if quant::has_f32_kernels(*dtype) => {
+            Storage::Packed {
+                dtype,
+                data,
+                layout: Layout::Rows,
+            } if quant::has_f32_kernels(*dtype) => {
                 quant::gather_rows_packed(data, *dtype, d, &batch.input.token_ids)
             }
-            Storage::Packed { dtype, data } => {
-                qdot::gather_rows_quantized(data, *dtype, d, &batch.input.token_ids)
-            }
+            Storage::Packed {
+                dtype,
+                data,
+                layout,
+            } => qdot::gather_rows_in(data, *layout, *dtype, d, &batch.input.token_ids),
         };
         Ok(CpuTensor::new(vec![batch.input.num_tokens(), d], data))
     }

@@ -7,6 +7,7 @@ use infer_core::moe::HostRouting;
 use infer_core::Result;
 use rayon::prelude::*;
 
+use crate::qdot::Layout;
 use crate::tensor::{CpuTensor, Storage};
 use crate::{matmul, qdot, quant, shape_err, HIDDEN_ACTIVATIONS};
 
@@ -58,7 +59,18 @@ pub(crate) fn moe_matmul(x: &CpuTensor, experts: &CpuTensor, r: &HostRouting) ->
             }
             let out = match &experts.storage {
                 Storage::F32(w) => matmul::matmul(&xs, &w[e * n * k..(e + 1) * n * k], m, k, n),
-                Storage::Packed { dtype, data } => {
+                // `upload_packed` interleaves matrices only, never stacks of experts.
+                Storage::Packed {
+                    layout: Layout::Interleaved,
+                    ..
+                } => {
+                    unreachable!("experts are kept as stored")
+                }
+                Storage::Packed {
+                    dtype,
+                    data,
+                    layout: Layout::Rows,
+                } => {
                     let row_bytes = dtype.row_bytes(k);
                     let w = &data[e * n * row_bytes..(e + 1) * n * row_bytes];
                     if quant::has_f32_kernels(*dtype) {

@@ -3,15 +3,18 @@
 use infer_core::gguf::GgmlType;
 use infer_core::{BatchInput, DeviceTensor, PackedBytes, Result};
 
+use crate::qdot::Layout;
 use crate::shape_err;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Storage {
     F32(Vec<f32>),
-    /// Block-quantized rows as stored in GGUF (a view of the mapped file where there is one).
+    /// Block-quantized rows as stored in GGUF (a view of the mapped file where there is one),
+    /// or repacked at load into interleaved groups of rows (`qdot::interleave`).
     Packed {
         dtype: GgmlType,
         data: PackedBytes,
+        layout: Layout,
     },
 }
 

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 
 use infer_core::gguf::GgmlType;
 
+use super::interleaved::{self, Layout};
 use super::unpack::{codes_of, unpack_row, Codes, UnpackedRow};
 use super::ROW;
 #[cfg(target_arch = "x86_64")]
@@ -81,20 +82,20 @@ pub(super) fn dequantize_rows(dtype: GgmlType, w: &[u8], k: usize, out: &mut [f3
 pub(super) fn matmul_dequantized(
     x: &[f32],
     w: &[u8],
+    layout: Layout,
     dtype: GgmlType,
     m: usize,
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    if blocked::supports(Weights::Packed(w, dtype), m, k) {
+    if layout == Layout::Rows && blocked::supports(Weights::Packed(w, dtype), m, k) {
         return blocked::matmul(x, Weights::Packed(w, dtype), m, k, n);
     }
-    let row_bytes = dtype.row_bytes(k);
     by_column_tiles(m, n, 64, |c0, c1, part| {
         let width = c1 - c0;
         let mut w_f32 = TILE.take();
         w_f32.resize(width * k, 0.0);
-        dequantize_rows(dtype, &w[c0 * row_bytes..c1 * row_bytes], k, &mut w_f32);
+        decode_rows(w, layout, dtype, k, c0, c1, &mut w_f32);
         if blocked::supports(Weights::F32(&w_f32), m, k) {
             blocked::into_part(x, Weights::F32(&w_f32), m, k, part);
         } else {
@@ -104,13 +105,38 @@ pub(super) fn matmul_dequantized(
     })
 }
 
-/// Rows `rows` of a quantized `[n, k]` matrix, as f32 (embedding lookup).
-pub fn gather_rows_quantized(w: &[u8], dtype: GgmlType, k: usize, rows: &[u32]) -> Vec<f32> {
-    let row_bytes = dtype.row_bytes(k);
+/// Rows `rows` of a quantized `[n, k]` matrix laid out as `layout` says, as f32 (embedding
+/// lookup).
+pub(crate) fn gather_rows_in(
+    w: &[u8],
+    layout: Layout,
+    dtype: GgmlType,
+    k: usize,
+    rows: &[u32],
+) -> Vec<f32> {
     let mut out = vec![0f32; rows.len() * k];
     for (o, &r) in out.chunks_exact_mut(k).zip(rows) {
         let r = r as usize;
-        dequantize_rows(dtype, &w[r * row_bytes..(r + 1) * row_bytes], k, o);
+        decode_rows(w, layout, dtype, k, r, r + 1, o);
     }
     out
+}
+
+/// Rows `r0..r1` of `w` (rows of `k` weights laid out as `layout` says) as f32 into `out`.
+fn decode_rows(
+    w: &[u8],
+    layout: Layout,
+    dtype: GgmlType,
+    k: usize,
+    r0: usize,
+    r1: usize,
+    out: &mut [f32],
+) {
+    match layout {
+        Layout::Rows => {
+            let row_bytes = dtype.row_bytes(k);
+            dequantize_rows(dtype, &w[r0 * row_bytes..r1 * row_bytes], k, out)
+        }
+        Layout::Interleaved => interleaved::dequantize_rows(w, k, r0, r1, out),
+    }
 }

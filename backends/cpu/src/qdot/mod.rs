@@ -16,6 +16,7 @@ mod activations;
 mod dequantized;
 #[cfg(target_arch = "x86_64")]
 mod fused;
+mod interleaved;
 mod kernels;
 #[cfg(test)]
 mod tests;
@@ -31,8 +32,9 @@ use crate::matmul::{by_column_tiles, prefetch_ahead, streaming_tile};
 #[cfg(test)]
 use activations::XRow;
 use activations::{group_of, quantize_residual, quantize_rows, round_trip, Q8Rows};
-pub use dequantized::gather_rows_quantized;
+pub(crate) use dequantized::gather_rows_in;
 use dequantized::matmul_dequantized;
+pub(crate) use interleaved::{interleavable, interleave, Layout};
 use kernels::dot_scalar;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use kernels::x86::hsum as hsum_avx2;
@@ -70,7 +72,8 @@ pub fn matmul_quantized(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    matmul_prepared(&Prepared::new(activations, x, m, k, &[dtype]), w, dtype, n)
+    let prepared = Prepared::new(activations, x, m, k, &[dtype]);
+    matmul_prepared(&prepared, w, Layout::Rows, dtype, n)
 }
 
 /// Activations `[m, k]` quantized once for any number of matmuls with the same input (QKV,
@@ -135,8 +138,15 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// `out [m, n] = x · wᵀ` for prepared activations `x [m, k]` and a quantized `w [n, k]`.
-pub(crate) fn matmul_prepared(x: &Prepared, w: &[u8], dtype: GgmlType, n: usize) -> Vec<f32> {
+/// `out [m, n] = x · wᵀ` for prepared activations `x [m, k]` and a quantized `w [n, k]` laid
+/// out as `layout` says.
+pub(crate) fn matmul_prepared(
+    x: &Prepared,
+    w: &[u8],
+    layout: Layout,
+    dtype: GgmlType,
+    n: usize,
+) -> Vec<f32> {
     let (m, k) = (x.m, x.k);
     let group = group_of(dtype);
     let made;
@@ -147,9 +157,10 @@ pub(crate) fn matmul_prepared(x: &Prepared, w: &[u8], dtype: GgmlType, n: usize)
             &made
         }
     };
-    match form {
-        Form::Planes(planes) => matmul_planes(isa(), planes, w, dtype, m, k, n),
-        Form::Values(values) => matmul_dequantized(values, w, dtype, m, k, n),
+    match (form, layout) {
+        (Form::Planes(planes), Layout::Rows) => matmul_planes(isa(), planes, w, dtype, m, k, n),
+        (Form::Planes(planes), Layout::Interleaved) => interleaved::matmul(planes, w, m, k, n),
+        (Form::Values(values), _) => matmul_dequantized(values, w, layout, dtype, m, k, n),
     }
 }
 

@@ -22,23 +22,23 @@ fn f16_fields(dtype: GgmlType) -> &'static [usize] {
     }
 }
 
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
-    fn uniform(&mut self) -> f32 {
+    pub(super) fn uniform(&mut self) -> f32 {
         (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
     }
 }
 
 /// Random blocks (every bit pattern of codes and sub-block scales is valid) with small finite
 /// f16 scales.
-fn random_packed(dtype: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
+pub(super) fn random_packed(dtype: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
     let (per_block, bytes) = dtype.block();
     let mut data: Vec<u8> = (0..n * k / per_block * bytes)
         .map(|_| rng.next() as u8)
@@ -129,7 +129,7 @@ fn decoded_rows_equal_ggml_dequantization() {
         let (n, k) = (5, 512);
         let w = random_packed(dtype, n, k, &mut Rng(3));
         let want = dequantized(dtype, &w, n, k);
-        let got = gather_rows_quantized(&w, dtype, k, &[0, 1, 2, 3, 4]);
+        let got = gather_rows_in(&w, Layout::Rows, dtype, k, &[0, 1, 2, 3, 4]);
         for (g, r) in got.iter().zip(&want) {
             assert!(
                 (g - r).abs() <= 1e-6 * (1.0 + r.abs()),
