@@ -71,6 +71,28 @@ impl PackedBytes {
         }
     }
 
+    /// For a backend that keeps its own copy (the CPU's repacked matrices): drops this view's
+    /// pages from the process's resident memory where the bytes are a view of a mapped file.
+    /// The page cache keeps the file, and a later read faults the same bytes back in. Owned
+    /// bytes: nothing to do.
+    pub fn release_pages(&self) {
+        #[cfg(all(feature = "native", unix))]
+        if let Bytes::Mapped { map, range } = &self.0 {
+            // SAFETY: `map` is a read-only shared mapping of a file (`Mmap::map`): MADV_DONTNEED
+            // only drops the pages from this process; a later read of them, through this or any
+            // other view, sees the file's bytes again, as every read of the map does. Pages
+            // shared with a neighbouring tensor at the range's ends are re-read the same way.
+            // A failure leaves the pages resident, which changes nothing but memory.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.len(),
+                )
+            };
+        }
+    }
+
     /// Whether the bytes are a view of a mapped file (no copy).
     pub fn is_mapped(&self) -> bool {
         !matches!(self.0, Bytes::Owned(_))

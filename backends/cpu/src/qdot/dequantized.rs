@@ -137,6 +137,6 @@ fn decode_rows(
             let row_bytes = dtype.row_bytes(k);
             dequantize_rows(dtype, &w[r0 * row_bytes..r1 * row_bytes], k, out)
         }
-        Layout::Interleaved => interleaved::dequantize_rows(w, k, r0, r1, out),
+        Layout::Interleaved => interleaved::dequantize_rows(dtype, w, k, r0, r1, out),
     }
 }

@@ -72,23 +72,26 @@ pub fn matmul_quantized(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    let prepared = Prepared::new(activations, x, m, k, &[dtype]);
+    let prepared = Prepared::new(activations, x, m, k, &[(dtype, Layout::Rows)]);
     matmul_prepared(&prepared, w, Layout::Rows, dtype, n)
 }
 
 /// Activations `[m, k]` quantized once for any number of matmuls with the same input (QKV,
-/// gate/up): once per group size their weight types ask for (`group_of`).
+/// gate/up): once per group size their weight types ask for (`group_of`) and form their
+/// layouts take.
 pub(crate) struct Prepared<'a> {
     activations: Activations,
     x: &'a [f32],
     m: usize,
     k: usize,
-    /// The form for groups of 16, and of 256, where a weight type given to `new` needs it.
-    forms: [Option<Form>; 2],
+    /// The forms a weight given to `new` needs, by `form_slot`.
+    forms: [Option<Form>; 4],
 }
 
 enum Form {
-    /// Up to `integer_max_m()` rows: the 8-bit planes the integer kernels read.
+    /// The 8-bit planes the integer kernels read: up to `integer_max_m()` rows, and any number
+    /// for interleaved matrices, whose integer kernels beat GEMM on f32 tiles at every size
+    /// (a row's result then does not depend on the batch at all).
     Planes(Vec<Q8Rows>),
     /// More rows: the values those planes stand for, back in f32, for GEMM. A token's result
     /// then does not depend on how many rows share its matmul (up to f32 rounding), so batched
@@ -96,20 +99,16 @@ enum Form {
     Values(Vec<f32>),
 }
 
-fn form_slot(group: usize) -> usize {
-    usize::from(group == 256)
-}
-
 impl<'a> Prepared<'a> {
-    /// Prepares `x` for matmuls with weights of the types `dtypes`. Done here, not on first
-    /// use inside the matmuls' parallel region: a rayon worker waiting there may run a sibling
-    /// matmul that would wait on the same lazy value.
+    /// Prepares `x` for matmuls with weights of these types and layouts. Done here, not on
+    /// first use inside the matmuls' parallel region: a rayon worker waiting there may run a
+    /// sibling matmul that would wait on the same lazy value.
     pub fn new(
         activations: Activations,
         x: &'a [f32],
         m: usize,
         k: usize,
-        dtypes: &[GgmlType],
+        weights: &[(GgmlType, Layout)],
     ) -> Self {
         debug_assert_eq!(x.len(), m * k);
         let mut prepared = Prepared {
@@ -117,20 +116,30 @@ impl<'a> Prepared<'a> {
             x,
             m,
             k,
-            forms: [None, None],
+            forms: [None, None, None, None],
         };
-        for &dtype in dtypes {
-            let group = group_of(dtype);
-            if prepared.forms[form_slot(group)].is_none() {
-                prepared.forms[form_slot(group)] = Some(prepared.make(group));
+        for &(dtype, layout) in weights {
+            let slot = prepared.form_slot(dtype, layout);
+            if prepared.forms[slot].is_none() {
+                prepared.forms[slot] = Some(prepared.make(dtype, layout));
             }
         }
         prepared
     }
 
-    fn make(&self, group: usize) -> Form {
-        let (activations, x, k) = (self.activations, self.x, self.k);
-        if self.m <= integer_max_m() {
+    /// Whether matmuls with this layout read planes (else values).
+    fn planes_for(&self, layout: Layout) -> bool {
+        layout == Layout::Interleaved || self.m <= integer_max_m()
+    }
+
+    /// Forms by group size (16, 256) and kind (planes, values).
+    fn form_slot(&self, dtype: GgmlType, layout: Layout) -> usize {
+        2 * usize::from(group_of(dtype) == 256) + usize::from(self.planes_for(layout))
+    }
+
+    fn make(&self, dtype: GgmlType, layout: Layout) -> Form {
+        let (activations, x, k, group) = (self.activations, self.x, self.k, group_of(dtype));
+        if self.planes_for(layout) {
             Form::Planes(planes_of(activations, x, k, group))
         } else {
             Form::Values(dequantized_activations(activations, x, k, group))
@@ -148,18 +157,19 @@ pub(crate) fn matmul_prepared(
     n: usize,
 ) -> Vec<f32> {
     let (m, k) = (x.m, x.k);
-    let group = group_of(dtype);
     let made;
-    let form = match &x.forms[form_slot(group)] {
+    let form = match &x.forms[x.form_slot(dtype, layout)] {
         Some(form) => form,
         None => {
-            made = x.make(group);
+            made = x.make(dtype, layout);
             &made
         }
     };
     match (form, layout) {
         (Form::Planes(planes), Layout::Rows) => matmul_planes(isa(), planes, w, dtype, m, k, n),
-        (Form::Planes(planes), Layout::Interleaved) => interleaved::matmul(planes, w, m, k, n),
+        (Form::Planes(planes), Layout::Interleaved) => {
+            interleaved::matmul(dtype, planes, w, m, k, n)
+        }
         (Form::Values(values), _) => matmul_dequantized(values, w, layout, dtype, m, k, n),
     }
 }

@@ -1,30 +1,30 @@
-//! The interleaved layout against the stored one: the repacking is undone exactly, and every
-//! path on it (the vector and scalar group kernels, prefill's decoded tiles, embedding rows)
-//! gives what the row-major kernels give on the stored rows.
+//! The interleaved layouts against the stored one: the repacking is undone exactly, and every
+//! path on them (the vector and scalar group kernels, prefill, embedding rows) gives what the
+//! row-major kernels give on the stored rows.
 
 use infer_core::gguf::GgmlType;
 use proptest::prelude::*;
 
 use super::super::tests::{random_packed, Rng};
-use super::super::{planes_of, Activations, Isa, Layout, Prepared};
+use super::super::{gather_rows_in, matmul_planes, matmul_prepared, planes_of};
+use super::super::{Activations, Isa, Layout, Prepared};
 use super::*;
+
+const TYPES: [GgmlType; 2] = [GgmlType::Q4K, GgmlType::Q6K];
 
 /// `x · wᵀ` on the integer path for a matrix in `layout`.
 fn integer(
+    dtype: GgmlType,
     activations: Activations,
     x: &[f32],
     w: &[u8],
     layout: Layout,
-    m: usize,
-    k: usize,
-    n: usize,
+    (m, k, n): (usize, usize, usize),
 ) -> Vec<f32> {
     let planes = planes_of(activations, x, k, 256);
     match layout {
-        Layout::Rows => {
-            super::super::matmul_planes(Isa::Scalar, &planes, w, GgmlType::Q4K, m, k, n)
-        }
-        Layout::Interleaved => matmul(&planes, w, m, k, n),
+        Layout::Rows => matmul_planes(Isa::Scalar, &planes, w, dtype, m, k, n),
+        Layout::Interleaved => matmul(dtype, &planes, w, m, k, n),
     }
 }
 
@@ -35,118 +35,135 @@ fn close(got: &[f32], want: &[f32], what: &str) {
     }
 }
 
-fn check(m: usize, k: usize, n: usize, seed: u64) {
-    let mut rng = Rng(seed);
-    let w = random_packed(GgmlType::Q4K, n, k, &mut rng);
-    let packed = interleave(&w, n, k);
-    assert_eq!(packed.len(), n / ROWS * (k / 256) * GROUP_BLOCK);
-    let mut back = Vec::new();
-    rows_of(&packed, k, 0, n, &mut back);
-    assert_eq!(back, w, "the repacking is undone exactly");
-    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 3.0).collect();
+/// The scalar group kernel of `dtype` on every group of `packed`.
+fn scalar(dtype: GgmlType, packed: &[u8], x: &ActRow, k: usize) -> Vec<f32> {
+    fn as_kind<K: Kind>(packed: &[u8], x: &ActRow, k: usize) -> Vec<f32> {
+        packed
+            .chunks_exact(k / 256 * K::GROUP_BLOCK)
+            .flat_map(|group| K::dot_scalar(group, x))
+            .collect()
+    }
+    with_kind!(dtype, K => as_kind::<K>(packed, x, k))
+}
+
+fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize)) {
+    let packed = interleave(dtype, w, n, k);
+    // Q6_K's bytes exactly; Q4_K's 6-bit scales and mins take a byte each (+2.8 %).
+    let extra = if dtype == GgmlType::Q4K {
+        32 * n / ROWS * k / 256
+    } else {
+        0
+    };
+    assert_eq!(packed.len(), w.len() + extra, "{}", dtype.name());
+    assert_eq!(
+        rows_of(dtype, &packed, k, 0, n),
+        w,
+        "the repacking is undone exactly"
+    );
     for activations in [Activations::Int8, Activations::Int16] {
-        let want = integer(activations, &x, &w, Layout::Rows, m, k, n);
-        let what = format!("{activations:?} m={m} k={k} n={n}");
+        let want = integer(dtype, activations, x, w, Layout::Rows, (m, k, n));
+        let what = format!("{} {activations:?} m={m} k={k} n={n}", dtype.name());
         // The vector kernel where this CPU has it (`matmul` picks it), and the scalar one.
-        if kernels_available() {
-            let got = integer(activations, &x, &packed, Layout::Interleaved, m, k, n);
-            close(&got, &want, &format!("vector {what}"));
-        }
-        let planes = planes_of(activations, &x, k, 256);
+        let got = integer(
+            dtype,
+            activations,
+            x,
+            &packed,
+            Layout::Interleaved,
+            (m, k, n),
+        );
+        close(&got, &want, &what);
+        let planes = planes_of(activations, x, k, 256);
         for r in 0..m {
-            let row = ActRow::new(&planes, r);
-            for (g, group) in packed.chunks_exact(k / 256 * GROUP_BLOCK).enumerate() {
-                let got = dot_group_scalar(group, &row);
-                close(
-                    &got,
-                    &want[r * n + ROWS * g..r * n + ROWS * (g + 1)],
-                    &format!("scalar {what}"),
-                );
-            }
+            let got = scalar(dtype, &packed, &ActRow::new(&planes, r), k);
+            close(&got, &want[r * n..(r + 1) * n], &format!("scalar {what}"));
         }
     }
+}
+
+fn check_random(dtype: GgmlType, (m, k, n): (usize, usize, usize), seed: u64) {
+    let mut rng = Rng(seed);
+    let w = random_packed(dtype, n, k, &mut rng);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 3.0).collect();
+    check(dtype, &x, &w, (m, k, n));
 }
 
 #[test]
 fn interleaved_kernels_match_the_row_major_ones() {
-    for (m, k, n) in [(1, 256, 8), (1, 512, 40), (2, 768, 16), (3, 256, 24)] {
-        check(m, k, n, 7 + m as u64 + k as u64 + n as u64);
+    for dtype in TYPES {
+        for (m, k, n) in [(1, 256, 8), (1, 512, 40), (2, 768, 16), (3, 256, 24)] {
+            check_random(dtype, (m, k, n), 7 + m as u64 + k as u64 + n as u64);
+        }
     }
 }
 
-/// Every weight 15 with scale and min 63, activation codes of ±127 in the value plane (all one
-/// sign or mixed) or in the residual plane (a group's largest value 127, the rest 0.496 of its
-/// step): the i16 sums and the i32 block sums at their largest stay exact.
+/// The largest codes with the largest scales (every byte 0xff but the f16 scales: Q4_K codes
+/// 15 with scales and mins 63, Q6_K codes 63 with scale -1; and Q6_K scale -128), activation
+/// codes of ±127 in the value plane (all one sign or mixed) or in the residual plane (a
+/// group's largest value 127, the rest 0.496 of its step): the i16 sums and the i32 block sums
+/// at their largest stay exact.
 #[test]
 fn the_largest_sums_stay_exact() {
     let (k, n) = (512, 8);
-    let mut w = random_packed(GgmlType::Q4K, n, k, &mut Rng(1));
-    for block in w.chunks_exact_mut(144) {
-        block[4..16].fill(0xff);
-        block[16..].fill(0xff);
-    }
-    let packed = interleave(&w, n, k);
-    let patterns = [1.0f32, -1.0].into_iter().flat_map(|sign| {
-        [0, 3]
-            .map(|every| {
+    let patterns: Vec<Vec<f32>> = [1.0f32, -1.0]
+        .into_iter()
+        .flat_map(|sign| {
+            [
+                (0..k).map(|_| sign).collect(),
                 (0..k)
-                    .map(|i| {
-                        sign * if every > 0 && i % every == 0 {
-                            -1.0
-                        } else {
-                            1.0
-                        }
-                    })
-                    .collect::<Vec<f32>>()
-            })
-            .into_iter()
-            .chain([(0..k)
-                .map(|i| sign * if i % 256 == 0 { 127.0 } else { 0.496 })
-                .collect()])
-    });
-    for x in patterns {
-        {
-            for activations in [Activations::Int8, Activations::Int16] {
-                let want = integer(activations, &x, &w, Layout::Rows, 1, k, n);
-                let planes = planes_of(activations, &x, k, 256);
-                let row = ActRow::new(&planes, 0);
-                close(
-                    &dot_group_scalar(&packed, &row),
-                    &want,
-                    "scalar at the bounds",
-                );
-                if kernels_available() {
-                    let got = integer(activations, &x, &packed, Layout::Interleaved, 1, k, n);
-                    close(&got, &want, "vector at the bounds");
+                    .map(|i| if i % 3 == 0 { -sign } else { sign })
+                    .collect(),
+                (0..k)
+                    .map(|i| sign * if i % 256 == 0 { 127.0 } else { 0.496 })
+                    .collect(),
+            ]
+        })
+        .collect();
+    for dtype in TYPES {
+        for q6k_scale in [0xff, 0x80] {
+            let mut w = random_packed(dtype, n, k, &mut Rng(1));
+            let bytes = dtype.block().1;
+            for block in w.chunks_exact_mut(bytes) {
+                match dtype {
+                    GgmlType::Q4K => block[4..].fill(0xff),
+                    _ => {
+                        block[..192].fill(0xff);
+                        block[192..208].fill(q6k_scale);
+                    }
                 }
+            }
+            for x in &patterns {
+                check(dtype, x, &w, (1, k, n));
             }
         }
     }
 }
 
-/// Prefill's decoded tiles and embedding rows decode the interleaved rows to ggml's values.
+/// Prefill and embedding rows on the interleaved form give ggml's numbers.
 #[test]
-fn other_paths_read_the_stored_rows() {
+fn other_paths_read_the_same_numbers() {
     let (m, k, n) = (70, 512, 24);
-    let mut rng = Rng(9);
-    let w = random_packed(GgmlType::Q4K, n, k, &mut rng);
-    let packed = interleave(&w, n, k);
-    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform()).collect();
-    let prepared = Prepared::new(Activations::Int16, &x, m, k, &[GgmlType::Q4K]);
-    let want = super::super::matmul_prepared(&prepared, &w, Layout::Rows, GgmlType::Q4K, n);
-    let got =
-        super::super::matmul_prepared(&prepared, &packed, Layout::Interleaved, GgmlType::Q4K, n);
-    close(&got, &want, "prefill");
-    let rows = [0, 7, 8, 23, 3];
-    let got = super::super::gather_rows_in(&packed, Layout::Interleaved, GgmlType::Q4K, k, &rows);
-    let mut ggml = vec![0f32; n * k];
-    GgmlType::Q4K.dequantize(&w, &mut ggml);
-    for (row, r) in got.chunks_exact(k).zip(rows.map(|r| r as usize)) {
-        for (g, want) in row.iter().zip(&ggml[r * k..(r + 1) * k]) {
-            assert!(
-                (g - want).abs() <= 1e-6 * (1.0 + want.abs()),
-                "row {r}: {g} vs {want}"
-            );
+    for dtype in TYPES {
+        let mut rng = Rng(9);
+        let w = random_packed(dtype, n, k, &mut rng);
+        let packed = interleave(dtype, &w, n, k);
+        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform()).collect();
+        let prepared = Prepared::new(Activations::Int16, &x, m, k, &[(dtype, Layout::Rows)]);
+        let want = matmul_prepared(&prepared, &w, Layout::Rows, dtype, n);
+        let got = matmul_prepared(&prepared, &packed, Layout::Interleaved, dtype, n);
+        close(&got, &want, &format!("{} prefill", dtype.name()));
+        let rows = [0, 7, 8, 23, 3];
+        let got = gather_rows_in(&packed, Layout::Interleaved, dtype, k, &rows);
+        let mut ggml = vec![0f32; n * k];
+        dtype.dequantize(&w, &mut ggml);
+        for (row, r) in got.chunks_exact(k).zip(rows.map(|r| r as usize)) {
+            for (g, want) in row.iter().zip(&ggml[r * k..(r + 1) * k]) {
+                let at = format!("{} row {r}", dtype.name());
+                assert!(
+                    (g - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "{at}: {g} vs {want}"
+                );
+            }
         }
     }
 }
@@ -154,7 +171,7 @@ fn other_paths_read_the_stored_rows() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
     #[test]
-    fn random_shapes_match(m in 1usize..=3, kb in 1usize..4, groups in 1usize..6, seed in 0u64..1000) {
-        check(m, 256 * kb, ROWS * groups, seed);
+    fn random_shapes_match(t in 0usize..2, m in 1usize..=3, kb in 1usize..4, groups in 1usize..6, seed in 0u64..1000) {
+        check_random(TYPES[t], (m, 256 * kb, ROWS * groups), seed);
     }
 }
