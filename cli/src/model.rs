@@ -30,12 +30,12 @@ pub enum BackendKind {
 /// How the CPU backend holds quantized weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CpuWeights {
-    /// Packed, decoded inside the matmul (fast); Q4_K matrices repacked at load into
-    /// interleaved rows for the decode kernels where this CPU has them (llama.cpp's repack:
-    /// a copy of those tensors in memory).
+    /// Packed, decoded inside the matmul (fast); Q4_K and Q6_K matrices repacked at load into
+    /// interleaved groups of rows where this CPU has their kernels (x86 with AVX2; llama.cpp's
+    /// repack), which replace the file's pages in memory.
     Packed,
-    /// Packed as stored, computed on in place in the mapped file (no repacked copy: resident
-    /// memory stays at the file's size and is shared between processes; slower Q4_K decode).
+    /// Packed as stored, computed on in place in the mapped file (no repacking: faster load,
+    /// pages shared between processes; slower Q4_K and Q6_K matmuls).
     Mapped,
     /// Dequantized to f32 at load (the plain reference path).
     F32,

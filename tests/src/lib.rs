@@ -37,9 +37,14 @@ pub fn fixtures_dir() -> PathBuf {
     workspace_root().join("fixtures")
 }
 
-/// Both ways the CPU backend can hold weights; reference tests run on each.
-pub fn cpu_backends() -> [CpuBackend; 2] {
-    [CpuBackend::new(), CpuBackend::f32_weights()]
+/// Every way the CPU backend can hold weights (packed with K-quant matrices repacked where
+/// the CPU has their kernels, packed as stored, f32); reference tests run on each.
+pub fn cpu_backends() -> [CpuBackend; 3] {
+    [
+        CpuBackend::new(),
+        CpuBackend::new().without_repacking(),
+        CpuBackend::f32_weights(),
+    ]
 }
 
 pub struct Loaded {

@@ -131,7 +131,7 @@ fn hf_directories_match_their_gguf() {
 /// 512-key attention partition; and a model of Q4_1 blocks.
 #[test]
 fn decode_steps_agree_across_weight_layouts() {
-    let [packed, f32_weights] = cpu_backends();
+    let [packed, _, f32_weights] = cpu_backends();
     use infer_core::gguf::GgmlType;
     use infer_tests::conformance::check_decode_steps;
     check_decode_steps(&packed, &f32_weights, None, &[1, 3, 9], 14, 1e-4);

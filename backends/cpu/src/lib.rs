@@ -6,6 +6,8 @@
 //! Batched decode (2 to 64 rows) takes register-blocked f32 kernels that decode the common
 //! block types in registers (`blocked`: AVX-512, AVX2, NEON). Every vector kernel has a level
 //! (`Isa`: detected, or forced by `INFER_CPU_ISA`) and is tested against the scalar one.
+//! Q4_K and Q6_K matrices are repacked at load into interleaved groups of 8 rows on x86
+//! (`qdot::interleave`; `without_repacking` keeps them as stored).
 //! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
 mod attention;
@@ -41,8 +43,9 @@ pub use tensor::{CpuBatch, CpuTensor};
 #[derive(Clone)]
 pub struct CpuBackend {
     packed_weights: bool,
-    /// Whether Q4_K matrices are repacked at load into interleaved rows (`qdot::interleave`)
-    /// where this CPU has their kernels, instead of computed on in the file's layout.
+    /// Whether Q4_K and Q6_K matrices are repacked at load into interleaved rows
+    /// (`qdot::interleave`) where this CPU has their kernels, instead of computed on in the
+    /// file's layout.
     repack: bool,
     /// The tensor-parallel group whose MPI all-reduce sums the row-parallel outputs.
     group: Option<Arc<dyn ProcessGroup>>,
@@ -188,7 +191,7 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> String {
         let weights = match (self.packed_weights, self.repack) {
-            (true, true) => "packed, Q4_K repacked",
+            (true, true) => "packed, K-quants repacked",
             (true, false) => "packed as stored",
             (false, _) => "f32",
         };

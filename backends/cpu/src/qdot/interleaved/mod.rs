@@ -23,6 +23,7 @@ use infer_core::gguf::GgmlType;
 use rayon::prelude::*;
 
 use super::activations::Q8Rows;
+use crate::isa::Isa;
 use crate::matmul::{by_column_tiles, streaming_tile};
 
 /// Rows per interleaved group.
@@ -55,8 +56,8 @@ trait Kind {
     fn dequantize(gb: &[u8], r: usize, out: &mut [f32]);
     /// The reference group kernel: the vector one's integer sums, in plain Rust.
     fn dot_scalar(group: &[u8], x: &ActRow) -> [f32; ROWS];
-    /// The vector group kernel, where this CPU has one.
-    fn dot_vector() -> Option<GroupDot>;
+    /// The vector group kernel of level `isa`, where this CPU runs one.
+    fn dot_vector(isa: Isa) -> Option<GroupDot>;
 }
 
 /// Evaluates `$body` with `$K` naming `$dtype`'s layout (the caller checked
@@ -250,7 +251,7 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
         rows.iter().all(|x| x.covers(nb)),
         "interleaved: activations of another width"
     );
-    let dot = K::dot_vector().unwrap_or(K::dot_scalar);
+    let dot = K::dot_vector(Isa::current()).unwrap_or(K::dot_scalar);
     let tile = (streaming_tile(n) / ROWS * ROWS).max(ROWS);
     by_column_tiles(m, n, tile, |c0, c1, part| {
         let width = c1 - c0;

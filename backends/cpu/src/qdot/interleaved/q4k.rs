@@ -8,6 +8,7 @@
 use infer_core::gguf::kquants::scale_min_k4;
 
 use super::{f16_at, ActRow, GroupDot, Kind, ROWS};
+use crate::isa::Isa;
 
 pub(crate) struct Q4K;
 
@@ -151,11 +152,13 @@ impl Kind for Q4K {
         out
     }
 
-    fn dot_vector() -> Option<GroupDot> {
+    fn dot_vector(isa: Isa) -> Option<GroupDot> {
         #[cfg(target_arch = "x86_64")]
-        if super::kernels_available() {
-            return Some(super::x86::dot_q4k);
+        return super::x86::kernels(isa).map(|k| k.0);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = isa;
+            None
         }
-        None
     }
 }

@@ -15,6 +15,7 @@
 //! times the activations' per-16 sums (`ActRow::value_sums`), each scaled.
 
 use super::{f16_at, ActRow, GroupDot, Kind, ROWS};
+use crate::isa::Isa;
 
 pub(crate) struct Q6K;
 
@@ -151,11 +152,13 @@ impl Kind for Q6K {
         out
     }
 
-    fn dot_vector() -> Option<GroupDot> {
+    fn dot_vector(isa: Isa) -> Option<GroupDot> {
         #[cfg(target_arch = "x86_64")]
-        if super::kernels_available() {
-            return Some(super::x86::dot_q6k);
+        return super::x86::kernels(isa).map(|k| k.1);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = isa;
+            None
         }
-        None
     }
 }

@@ -35,15 +35,22 @@ fn close(got: &[f32], want: &[f32], what: &str) {
     }
 }
 
-/// The scalar group kernel of `dtype` on every group of `packed`.
-fn scalar(dtype: GgmlType, packed: &[u8], x: &ActRow, k: usize) -> Vec<f32> {
-    fn as_kind<K: Kind>(packed: &[u8], x: &ActRow, k: usize) -> Vec<f32> {
-        packed
-            .chunks_exact(k / 256 * K::GROUP_BLOCK)
-            .flat_map(|group| K::dot_scalar(group, x))
-            .collect()
+/// The group kernel of `dtype` at level `isa` (the scalar one for `Isa::Scalar`) on every
+/// group of `packed`; `None` where this CPU has no such kernel.
+fn by_groups(dtype: GgmlType, isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> Option<Vec<f32>> {
+    fn as_kind<K: Kind>(isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> Option<Vec<f32>> {
+        let dot = match isa {
+            Isa::Scalar => K::dot_scalar,
+            isa => K::dot_vector(isa)?,
+        };
+        Some(
+            packed
+                .chunks_exact(k / 256 * K::GROUP_BLOCK)
+                .flat_map(|group| dot(group, x))
+                .collect(),
+        )
     }
-    with_kind!(dtype, K => as_kind::<K>(packed, x, k))
+    with_kind!(dtype, K => as_kind::<K>(isa, packed, x, k))
 }
 
 fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize)) {
@@ -63,7 +70,7 @@ fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize))
     for activations in [Activations::Int8, Activations::Int16] {
         let want = integer(dtype, activations, x, w, Layout::Rows, (m, k, n));
         let what = format!("{} {activations:?} m={m} k={k} n={n}", dtype.name());
-        // The vector kernel where this CPU has it (`matmul` picks it), and the scalar one.
+        // The matmul (on the level in use), and every level's group kernel, scalar included.
         let got = integer(
             dtype,
             activations,
@@ -74,10 +81,22 @@ fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize))
         );
         close(&got, &want, &what);
         let planes = planes_of(activations, x, k, 256);
-        for r in 0..m {
-            let got = scalar(dtype, &packed, &ActRow::new(&planes, r), k);
-            close(&got, &want[r * n..(r + 1) * n], &format!("scalar {what}"));
+        let mut levels = 0;
+        for isa in Isa::available() {
+            for r in 0..m {
+                let row = ActRow::new(&planes, r);
+                let Some(got) = by_groups(dtype, isa, &packed, &row, k) else {
+                    continue;
+                };
+                close(&got, &want[r * n..(r + 1) * n], &format!("{isa} {what}"));
+                levels += usize::from(r == 0);
+            }
         }
+        // The scalar kernel, and the vector ones on x86 levels with them.
+        assert!(
+            levels > usize::from(kernels_available()),
+            "{what}: {levels} levels"
+        );
     }
 }
 

@@ -1,60 +1,152 @@
-//! The interleaved kernels on AVX2 (every x86 level but scalar; F16C for the rows' f16
-//! scales): lane `r` of each vector is row `r` of the group, and each `maddubs` meets 4
-//! weights of every row with 4 activations broadcast.
+//! The interleaved kernels on x86 (AVX2 and the VNNI levels; F16C for the rows' f16 scales):
+//! lane `r` of each vector is row `r` of the group, and each 32-byte register of weights
+//! meets 4 activations broadcast to every lane.
 //!
-//! Q4_K, per 32-weight sub-block: 8 `maddubs` per plane summed in i16 (at most 16 products of
-//! 15 · 127 per lane: 30,480), one multiply-add of lane pairs into i32 and one multiply by the
-//! rows' 6-bit scales. Q6_K, per 16 weights: 4 `maddubs` per plane, summed two by two in i16
-//! (codes up to 63: 32,004), each pair's lanes multiplied-and-added with the rows' signed
-//! scales. Value and residual planes are summed apart (per block at most 8 · 63 · 32 · 15 ·
-//! 127, and 16 · 128 · 16 · 63 · 127: exact in i32) and meet in f32 once per block as
-//! `256 · value + residual`, in the residual's step. Q4_K's mins meet the activations'
-//! per-32 code sums already combined that way (`ActRow::sums32`: at most 257 · 32 · 127 · 63
-//! · 8), Q6_K's centre of 32 each plane's per-16 sums.
+//! AVX2 multiplies with `maddubs` into i16 lanes and sums in i16 before one multiply-add of
+//! lane pairs: Q4_K over a 32-weight sub-block (at most 16 products of 15 · 127 per lane:
+//! 30,480), Q6_K two by two (codes up to 63: 32,004), each pair then multiplied-and-added with
+//! the rows' signed scales. VNNI levels add 4 products straight into the row's i32 lane
+//! (`vpdpbusd`: one instruction for `maddubs` and the add, no pair sum; prefill on the 1B
+//! Q4_K_M model: see the README). Value and residual planes are summed apart (per block at
+//! most 8 · 63 · 32 · 15 · 127, and 16 · 128 · 16 · 63 · 127: exact in i32) and meet in f32
+//! once per block as `256 · value + residual`, in the residual's step. Q4_K's mins meet the
+//! activations' per-32 code sums already combined that way (`ActRow::sums32`: at most 257 · 32
+//! · 127 · 63 · 8), Q6_K's centre of 32 each plane's per-16 sums.
 
 use std::arch::x86_64::*;
 
 use super::q4k::{self, qs_at};
 use super::q6k::{self, qh_at, ql_at};
-use super::{ActRow, Kind, ROWS};
+use super::{ActRow, GroupDot, Kind, ROWS};
+use crate::isa::Isa;
 
-/// The checks that make the kernels' loads sound.
-fn check(group: &[u8], group_block: usize, x: &ActRow) {
+/// The group kernels (Q4_K, Q6_K) of the level `isa`, where this CPU runs it.
+pub(super) fn kernels(isa: Isa) -> Option<(GroupDot, GroupDot)> {
+    if !super::kernels_available() || !isa.supported() {
+        return None;
+    }
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 | Isa::Avx512 => Some((q4k_avx2, q6k_avx2)),
+        Isa::AvxVnni => Some((q4k_avxvnni, q6k_avxvnni)),
+        Isa::Avx512Vnni => Some((q4k_avx512vnni, q6k_avx512vnni)),
+    }
+}
+
+/// A level's way of adding 4-byte products into a row's lane: `maddubs` into i16 lanes (AVX2:
+/// the kernels sum a few in i16, then pairs into i32), or `vpdpbusd` straight into the i32
+/// lane (VNNI).
+trait Level {
+    const VNNI: bool;
+    /// `acc + Σ4 u · s` in each i32 lane (`VNNI` levels only).
+    ///
+    /// # Safety
+    /// The level's features.
+    unsafe fn dot4_add(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+}
+
+struct Avx2;
+impl Level for Avx2 {
+    const VNNI: bool = false;
+    #[inline(always)]
+    unsafe fn dot4_add(_: __m256i, _: __m256i, _: __m256i) -> __m256i {
+        unreachable!("AVX2 sums in i16")
+    }
+}
+
+struct AvxVnni;
+impl Level for AvxVnni {
+    const VNNI: bool = true;
+    #[inline(always)]
+    unsafe fn dot4_add(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: a register-only intrinsic; the caller has AVX-VNNI.
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
+    }
+}
+
+struct Avx512Vnni;
+impl Level for Avx512Vnni {
+    const VNNI: bool = true;
+    #[inline(always)]
+    unsafe fn dot4_add(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: a register-only intrinsic; the caller has AVX-512 VNNI and VL.
+        unsafe { _mm256_dpbusd_epi32(acc, u, s) }
+    }
+}
+
+/// The safe kernels of a level: the checks that make the loads sound and the level's
+/// features present, then the body compiled with those features, for one plane or two.
+macro_rules! level_kernels {
+    ($level:ident, $isa:ident, $features:literal, $q4k:ident, $q6k:ident) => {
+        /// `Q4K::dot_scalar` on this level.
+        fn $q4k(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+            /// # Safety
+            /// The level's features; `check` passed.
+            #[target_feature(enable = $features)]
+            unsafe fn run<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+                // SAFETY: forwarded.
+                unsafe { q4k_dot::<$level, PAIRED>(group, x) }
+            }
+            check(group, q4k::Q4K::GROUP_BLOCK, x, Isa::$isa);
+            // SAFETY: `check` covers every load and found the level's features.
+            unsafe {
+                if x.residual.is_some() {
+                    run::<true>(group, x)
+                } else {
+                    run::<false>(group, x)
+                }
+            }
+        }
+
+        /// `Q6K::dot_scalar` on this level.
+        fn $q6k(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+            /// # Safety
+            /// The level's features; `check` passed.
+            #[target_feature(enable = $features)]
+            unsafe fn run<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+                // SAFETY: forwarded.
+                unsafe { q6k_dot::<$level, PAIRED>(group, x) }
+            }
+            check(group, q6k::Q6K::GROUP_BLOCK, x, Isa::$isa);
+            // SAFETY: as above.
+            unsafe {
+                if x.residual.is_some() {
+                    run::<true>(group, x)
+                } else {
+                    run::<false>(group, x)
+                }
+            }
+        }
+    };
+}
+
+level_kernels!(Avx2, Avx2, "avx2,fma,f16c", q4k_avx2, q6k_avx2);
+level_kernels!(
+    AvxVnni,
+    AvxVnni,
+    "avx2,fma,f16c,avxvnni",
+    q4k_avxvnni,
+    q6k_avxvnni
+);
+level_kernels!(
+    Avx512Vnni,
+    Avx512Vnni,
+    "avx2,fma,f16c,avx512vnni,avx512vl",
+    q4k_avx512vnni,
+    q6k_avx512vnni
+);
+
+/// The checks that make the kernels' loads sound and their features present.
+fn check(group: &[u8], group_block: usize, x: &ActRow, isa: Isa) {
     let nb = group.len() / group_block;
     assert!(
         group.len() == nb * group_block && x.covers(nb),
         "interleaved: a group and an activation row of different lengths"
     );
     assert!(
-        super::kernels_available(),
-        "interleaved kernels without AVX2 and F16C"
+        super::kernels_available() && isa.supported(),
+        "interleaved kernels of a level this CPU lacks"
     );
-}
-
-/// `Q4K::dot_scalar` on AVX2.
-pub(super) fn dot_q4k(group: &[u8], x: &ActRow) -> [f32; ROWS] {
-    check(group, q4k::Q4K::GROUP_BLOCK, x);
-    // SAFETY: `check` covers every load and found AVX2, FMA and F16C.
-    unsafe {
-        if x.residual.is_some() {
-            q4k_dot::<true>(group, x)
-        } else {
-            q4k_dot::<false>(group, x)
-        }
-    }
-}
-
-/// `Q6K::dot_scalar` on AVX2.
-pub(super) fn dot_q6k(group: &[u8], x: &ActRow) -> [f32; ROWS] {
-    check(group, q6k::Q6K::GROUP_BLOCK, x);
-    // SAFETY: as in `dot_q4k`.
-    unsafe {
-        if x.residual.is_some() {
-            q6k_dot::<true>(group, x)
-        } else {
-            q6k_dot::<false>(group, x)
-        }
-    }
 }
 
 /// Four codes as one lane, broadcast to all eight.
@@ -104,21 +196,48 @@ unsafe fn combine<const PAIRED: bool>(value: __m256i, residual: __m256i) -> __m2
     }
 }
 
+/// Row-lane dots of a Q4_K sub-block's 32 weights (4 chunks of `lo`/`hi` registers) with
+/// the codes at `codes`: i32 per row.
+///
 /// # Safety
-/// AVX2, FMA and F16C; `check` passed for `group` and `x`.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_dot<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let ones = _mm256_set1_epi16(1);
-    let value = x.value.as_ptr();
-    let residual = x.residual.unwrap_or(x.value).as_ptr();
-    let mut acc = _mm256_setzero_ps();
-    let mut min_acc = _mm256_setzero_ps();
-    for (b, gb) in group.chunks_exact(q4k::Q4K::GROUP_BLOCK).enumerate() {
-        let p = gb.as_ptr();
-        // SAFETY (the block): loads inside the group-block `gb` and block `b` of the
-        // activation row (`check`).
-        unsafe {
+/// AVX2 and `L`'s features; `codes..codes + 32` is inside the row.
+#[inline(always)]
+unsafe fn q4k_sub<L: Level>(w: &[(__m256i, __m256i); 4], codes: *const i8) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if L::VNNI {
+            let mut acc = _mm256_setzero_si256();
+            for (c, (lo, hi)) in w.iter().enumerate() {
+                acc = L::dot4_add(acc, *lo, four(codes.add(8 * c)));
+                acc = L::dot4_add(acc, *hi, four(codes.add(8 * c + 4)));
+            }
+            acc
+        } else {
+            let mut acc16 = _mm256_setzero_si256();
+            for (c, (lo, hi)) in w.iter().enumerate() {
+                acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(*lo, four(codes.add(8 * c))));
+                let p = _mm256_maddubs_epi16(*hi, four(codes.add(8 * c + 4)));
+                acc16 = _mm256_add_epi16(acc16, p);
+            }
+            _mm256_madd_epi16(acc16, _mm256_set1_epi16(1))
+        }
+    }
+}
+
+/// # Safety
+/// AVX2, FMA, F16C and `L`'s features; `check` passed for `group` and `x`.
+#[inline(always)]
+unsafe fn q4k_dot<L: Level, const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+    // SAFETY: loads inside the group-block `gb` and block `b` of the activation row
+    // (`check`); the caller has the features.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let value = x.value.as_ptr();
+        let residual = x.residual.unwrap_or(x.value).as_ptr();
+        let mut acc = _mm256_setzero_ps();
+        let mut min_acc = _mm256_setzero_ps();
+        for (b, gb) in group.chunks_exact(q4k::Q4K::GROUP_BLOCK).enumerate() {
+            let p = gb.as_ptr();
             let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q4k::D).cast()));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q4k::DMIN).cast()));
             let mut sums_v = _mm256_setzero_si256();
@@ -129,25 +248,19 @@ unsafe fn q4k_dot<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
                 let min = eight::<false>(p.add(q4k::MINS + 8 * s));
                 let sums = _mm256_set1_epi32(*x.sums32.get_unchecked(8 * b + s));
                 mins = _mm256_add_epi32(mins, _mm256_mullo_epi32(min, sums));
-                let mut v16 = _mm256_setzero_si256();
-                let mut r16 = _mm256_setzero_si256();
-                for c in 0..4 {
+                let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+                for (c, w) in w.iter_mut().enumerate() {
                     let q = _mm256_loadu_si256(p.add(qs_at(s, c, 0, 0)).cast());
-                    let lo = _mm256_and_si256(q, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                    let at = 256 * b + 32 * s + 8 * c;
-                    v16 = _mm256_add_epi16(v16, _mm256_maddubs_epi16(lo, four(value.add(at))));
-                    v16 = _mm256_add_epi16(v16, _mm256_maddubs_epi16(hi, four(value.add(at + 4))));
-                    if PAIRED {
-                        let (r0, r4) = (four(residual.add(at)), four(residual.add(at + 4)));
-                        r16 = _mm256_add_epi16(r16, _mm256_maddubs_epi16(lo, r0));
-                        r16 = _mm256_add_epi16(r16, _mm256_maddubs_epi16(hi, r4));
-                    }
+                    *w = (
+                        _mm256_and_si256(q, m4),
+                        _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                    );
                 }
-                let v = _mm256_madd_epi16(v16, ones);
+                let at = 256 * b + 32 * s;
+                let v = q4k_sub::<L>(&w, value.add(at));
                 sums_v = _mm256_add_epi32(sums_v, _mm256_mullo_epi32(v, scale));
                 if PAIRED {
-                    let r = _mm256_madd_epi16(r16, ones);
+                    let r = q4k_sub::<L>(&w, residual.add(at));
                     sums_r = _mm256_add_epi32(sums_r, _mm256_mullo_epi32(r, scale));
                 }
             }
@@ -157,49 +270,62 @@ unsafe fn q4k_dot<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
             let mins = _mm256_cvtepi32_ps(mins);
             min_acc = _mm256_fmadd_ps(mins, _mm256_mul_ps(dmin, step), min_acc);
         }
+        let mut out = [0f32; ROWS];
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, min_acc));
+        out
     }
-    let mut out = [0f32; ROWS];
-    // SAFETY: `out` holds 8 floats.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, min_acc)) };
-    out
 }
 
 /// One row's dots with Q6_K's 16 weights `w` (weights i, 4 + i, 8 + i, 12 + i of each row)
-/// at `codes`, scaled by `pair` (each row's scale in both i16 halves of its lane).
+/// at `codes`, times each row's signed `scale` (`pair`: the scale in both i16 halves of its
+/// lane).
 ///
 /// # Safety
-/// AVX2; `codes..codes + 16` is inside the row.
+/// AVX2 and `L`'s features; `codes..codes + 16` is inside the row.
 #[inline(always)]
-unsafe fn q6k_sixteen(w: &[__m256i; 4], pair: __m256i, codes: *const i8) -> __m256i {
+unsafe fn q6k_sixteen<L: Level>(
+    w: &[__m256i; 4],
+    scale: __m256i,
+    pair: __m256i,
+    codes: *const i8,
+) -> __m256i {
     // SAFETY: the caller's contract.
     unsafe {
-        let a = _mm256_add_epi16(
-            _mm256_maddubs_epi16(w[0], four(codes)),
-            _mm256_maddubs_epi16(w[1], four(codes.add(4))),
-        );
-        let c = _mm256_add_epi16(
-            _mm256_maddubs_epi16(w[2], four(codes.add(8))),
-            _mm256_maddubs_epi16(w[3], four(codes.add(12))),
-        );
-        _mm256_add_epi32(_mm256_madd_epi16(a, pair), _mm256_madd_epi16(c, pair))
+        if L::VNNI {
+            let mut acc = _mm256_setzero_si256();
+            for (t, w) in w.iter().enumerate() {
+                acc = L::dot4_add(acc, *w, four(codes.add(4 * t)));
+            }
+            _mm256_mullo_epi32(acc, scale)
+        } else {
+            let a = _mm256_add_epi16(
+                _mm256_maddubs_epi16(w[0], four(codes)),
+                _mm256_maddubs_epi16(w[1], four(codes.add(4))),
+            );
+            let c = _mm256_add_epi16(
+                _mm256_maddubs_epi16(w[2], four(codes.add(8))),
+                _mm256_maddubs_epi16(w[3], four(codes.add(12))),
+            );
+            _mm256_add_epi32(_mm256_madd_epi16(a, pair), _mm256_madd_epi16(c, pair))
+        }
     }
 }
 
 /// # Safety
-/// AVX2, FMA and F16C; `check` passed for `group` and `x`.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_dot<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m30 = _mm256_set1_epi8(0x30);
-    let low16 = _mm256_set1_epi32(0xffff);
-    let value = x.value.as_ptr();
-    let residual = x.residual.unwrap_or(x.value).as_ptr();
-    let residual_sums = x.residual_sums.unwrap_or(x.value_sums);
-    let mut acc = _mm256_setzero_ps();
-    for (b, gb) in group.chunks_exact(q6k::Q6K::GROUP_BLOCK).enumerate() {
-        let p = gb.as_ptr();
-        // SAFETY (the block): as in `q4k_dot`.
-        unsafe {
+/// AVX2, FMA, F16C and `L`'s features; `check` passed for `group` and `x`.
+#[inline(always)]
+unsafe fn q6k_dot<L: Level, const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+    // SAFETY: as in `q4k_dot`.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m30 = _mm256_set1_epi8(0x30);
+        let low16 = _mm256_set1_epi32(0xffff);
+        let value = x.value.as_ptr();
+        let residual = x.residual.unwrap_or(x.value).as_ptr();
+        let residual_sums = x.residual_sums.unwrap_or(x.value_sums);
+        let mut acc = _mm256_setzero_ps();
+        for (b, gb) in group.chunks_exact(q6k::Q6K::GROUP_BLOCK).enumerate() {
+            let p = gb.as_ptr();
             let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q6k::D).cast()));
             let mut sums_v = _mm256_setzero_si256();
             let mut sums_r = _mm256_setzero_si256();
@@ -207,7 +333,6 @@ unsafe fn q6k_dot<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
             let mut centre_r = _mm256_setzero_si256();
             for g in 0..16 {
                 let scale = eight::<true>(p.add(q6k::SCALES + 8 * g));
-                // Each row's scale in both i16 halves of its lane.
                 let pair =
                     _mm256_or_si256(_mm256_and_si256(scale, low16), _mm256_slli_epi32(scale, 16));
                 let sixteen = 16 * b + g;
@@ -221,19 +346,24 @@ unsafe fn q6k_dot<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
                 let qh = _mm256_loadu_si256(p.add(qh_at(g, 0, 0)).cast());
                 // Weights i, 4 + i, 8 + i, 12 + i of the sixteen: low nibbles with their top
                 // bits moved to bits 4-5 (16-bit shifts: each byte's own bits land there).
-                let code = |low: __m256i, top: __m256i| {
-                    _mm256_or_si256(_mm256_and_si256(low, m4), _mm256_and_si256(top, m30))
-                };
                 let w = [
-                    code(ql0, _mm256_slli_epi16(qh, 4)),
-                    code(_mm256_srli_epi16(ql0, 4), _mm256_slli_epi16(qh, 2)),
-                    code(ql1, qh),
-                    code(_mm256_srli_epi16(ql1, 4), _mm256_srli_epi16(qh, 2)),
+                    (ql0, _mm256_slli_epi16(qh, 4)),
+                    (_mm256_srli_epi16(ql0, 4), _mm256_slli_epi16(qh, 2)),
+                    (ql1, qh),
+                    (_mm256_srli_epi16(ql1, 4), _mm256_srli_epi16(qh, 2)),
                 ];
+                let mut codes = [_mm256_setzero_si256(); 4];
+                for (code, (low, top)) in codes.iter_mut().zip(w) {
+                    *code = _mm256_or_si256(_mm256_and_si256(low, m4), _mm256_and_si256(top, m30));
+                }
                 let at = 256 * b + 16 * g;
-                sums_v = _mm256_add_epi32(sums_v, q6k_sixteen(&w, pair, value.add(at)));
+                sums_v =
+                    _mm256_add_epi32(sums_v, q6k_sixteen::<L>(&codes, scale, pair, value.add(at)));
                 if PAIRED {
-                    sums_r = _mm256_add_epi32(sums_r, q6k_sixteen(&w, pair, residual.add(at)));
+                    sums_r = _mm256_add_epi32(
+                        sums_r,
+                        q6k_sixteen::<L>(&codes, scale, pair, residual.add(at)),
+                    );
                     let sum_r = *residual_sums.get_unchecked(sixteen) as i32;
                     centre_r = _mm256_add_epi32(
                         centre_r,
@@ -247,9 +377,8 @@ unsafe fn q6k_dot<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
             let sums = combine::<PAIRED>(value, residual);
             acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, step), acc);
         }
+        let mut out = [0f32; ROWS];
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+        out
     }
-    let mut out = [0f32; ROWS];
-    // SAFETY: `out` holds 8 floats.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
-    out
 }
