@@ -7,9 +7,9 @@
 //! a decode of each block's scales and a horizontal sum per row; here Q4_K's 6-bit scales are
 //! decoded at load and the 8 rows' dots come out of one vector. At the 1B shape's 8192 × 2048
 //! matrices Q4_K runs at the machine's DRAM rate where the row-major kernel was bound by
-//! instructions (see the README). Prefill takes the same kernels (row by row, each group of
-//! weights read from cache once the first row has brought it in): they beat GEMM on decoded
-//! f32 tiles, and a row's result then does not depend on its batch at all.
+//! instructions (see the README). Prefill takes the same kernels (Q4_K decodes each group's
+//! weights once for 4 activation rows; the group stays in cache for the rest): they beat GEMM
+//! on decoded f32 tiles, and a row's result then does not depend on its batch at all.
 //!
 //! The repacking is a bijection (`rows_of` gives back the stored bytes exactly: tested), and
 //! embedding rows decode straight from it to ggml's values.
@@ -41,6 +41,9 @@ pub(crate) enum Layout {
 /// The 8 rows' dots of one group (all its blocks) with one activation row.
 type GroupDot = fn(&[u8], &ActRow) -> [f32; ROWS];
 
+/// `GroupDot` for 4 activation rows at once.
+type GroupDot4 = fn(&[u8], &[&ActRow; 4]) -> [[f32; ROWS]; 4];
+
 /// A weight type's interleaved layout.
 trait Kind {
     /// Bytes of a stored block (256 weights).
@@ -58,6 +61,10 @@ trait Kind {
     fn dot_scalar(group: &[u8], x: &ActRow) -> [f32; ROWS];
     /// The vector group kernel of level `isa`, where this CPU runs one.
     fn dot_vector(isa: Isa) -> Option<GroupDot>;
+    /// The one for 4 activation rows at once (prefill), where a type has one.
+    fn dot_vector4(_isa: Isa) -> Option<GroupDot4> {
+        None
+    }
 }
 
 /// Evaluates `$body` with `$K` naming `$dtype`'s layout (the caller checked
@@ -252,12 +259,24 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
         "interleaved: activations of another width"
     );
     let dot = K::dot_vector(Isa::current()).unwrap_or(K::dot_scalar);
+    let dot4 = K::dot_vector4(Isa::current());
     let tile = (streaming_tile(n) / ROWS * ROWS).max(ROWS);
     by_column_tiles(m, n, tile, |c0, c1, part| {
         let width = c1 - c0;
         for (i, g) in (c0 / ROWS..c1 / ROWS).enumerate() {
             let group = group_of::<K>(data, nb, g);
-            for (r, x) in rows.iter().enumerate() {
+            let mut r = 0;
+            if let Some(dot4) = dot4 {
+                while r + 4 <= m {
+                    let xs = [&rows[r], &rows[r + 1], &rows[r + 2], &rows[r + 3]];
+                    for (j, dots) in dot4(group, &xs).iter().enumerate() {
+                        let at = (r + j) * width + ROWS * i;
+                        part[at..at + ROWS].copy_from_slice(dots);
+                    }
+                    r += 4;
+                }
+            }
+            for (r, x) in rows.iter().enumerate().skip(r) {
                 let at = r * width + ROWS * i;
                 part[at..at + ROWS].copy_from_slice(&dot(group, x));
             }

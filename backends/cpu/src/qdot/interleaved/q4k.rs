@@ -7,7 +7,7 @@
 
 use infer_core::gguf::kquants::scale_min_k4;
 
-use super::{f16_at, ActRow, GroupDot, Kind, ROWS};
+use super::{f16_at, ActRow, GroupDot, GroupDot4, Kind, ROWS};
 use crate::isa::Isa;
 
 pub(crate) struct Q4K;
@@ -152,9 +152,19 @@ impl Kind for Q4K {
         out
     }
 
+    fn dot_vector4(isa: Isa) -> Option<GroupDot4> {
+        #[cfg(target_arch = "x86_64")]
+        return super::x86::kernels(isa).map(|k| k.q4k_4);
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = isa;
+            None
+        }
+    }
+
     fn dot_vector(isa: Isa) -> Option<GroupDot> {
         #[cfg(target_arch = "x86_64")]
-        return super::x86::kernels(isa).map(|k| k.0);
+        return super::x86::kernels(isa).map(|k| k.q4k);
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = isa;

@@ -154,7 +154,7 @@ impl Kind for Q6K {
 
     fn dot_vector(isa: Isa) -> Option<GroupDot> {
         #[cfg(target_arch = "x86_64")]
-        return super::x86::kernels(isa).map(|k| k.1);
+        return super::x86::kernels(isa).map(|k| k.q6k);
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = isa;

@@ -17,19 +17,36 @@ use std::arch::x86_64::*;
 
 use super::q4k::{self, qs_at};
 use super::q6k::{self, qh_at, ql_at};
-use super::{ActRow, GroupDot, Kind, ROWS};
+use super::{ActRow, GroupDot, GroupDot4, Kind, ROWS};
 use crate::isa::Isa;
 
-/// The group kernels (Q4_K, Q6_K) of the level `isa`, where this CPU runs it.
-pub(super) fn kernels(isa: Isa) -> Option<(GroupDot, GroupDot)> {
+/// A level's group kernels.
+pub(super) struct Kernels {
+    pub q4k: GroupDot,
+    /// Q4_K for 4 activation rows at once (each weight group decoded once for them).
+    pub q4k_4: GroupDot4,
+    pub q6k: GroupDot,
+}
+
+/// The group kernels of the level `isa`, where this CPU runs it.
+pub(super) fn kernels(isa: Isa) -> Option<Kernels> {
     if !super::kernels_available() || !isa.supported() {
         return None;
     }
+    macro_rules! of {
+        ($q4k:ident, $q6k:ident) => {
+            Kernels {
+                q4k: |group, x| $q4k::<1>(group, &[x])[0],
+                q4k_4: $q4k::<4>,
+                q6k: $q6k,
+            }
+        };
+    }
     match isa {
         Isa::Scalar => None,
-        Isa::Avx2 | Isa::Avx512 => Some((q4k_avx2, q6k_avx2)),
-        Isa::AvxVnni => Some((q4k_avxvnni, q6k_avxvnni)),
-        Isa::Avx512Vnni => Some((q4k_avx512vnni, q6k_avx512vnni)),
+        Isa::Avx2 | Isa::Avx512 => Some(of!(q4k_avx2, q6k_avx2)),
+        Isa::AvxVnni => Some(of!(q4k_avxvnni, q6k_avxvnni)),
+        Isa::Avx512Vnni => Some(of!(q4k_avx512vnni, q6k_avx512vnni)),
     }
 }
 
@@ -78,22 +95,33 @@ impl Level for Avx512Vnni {
 /// features present, then the body compiled with those features, for one plane or two.
 macro_rules! level_kernels {
     ($level:ident, $isa:ident, $features:literal, $q4k:ident, $q6k:ident) => {
-        /// `Q4K::dot_scalar` on this level.
-        fn $q4k(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+        /// `Q4K::dot_scalar` on this level, for `R` activation rows at once.
+        fn $q4k<const R: usize>(group: &[u8], xs: &[&ActRow; R]) -> [[f32; ROWS]; R] {
             /// # Safety
-            /// The level's features; `check` passed.
+            /// The level's features; `check` passed for every row.
             #[target_feature(enable = $features)]
-            unsafe fn run<const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+            unsafe fn run<const PAIRED: bool, const R: usize>(
+                group: &[u8],
+                xs: &[&ActRow; R],
+            ) -> [[f32; ROWS]; R] {
                 // SAFETY: forwarded.
-                unsafe { q4k_dot::<$level, PAIRED>(group, x) }
+                unsafe { q4k_dot::<$level, PAIRED, R>(group, xs) }
             }
-            check(group, q4k::Q4K::GROUP_BLOCK, x, Isa::$isa);
+            let paired = xs.first().is_some_and(|x| x.residual.is_some());
+            for x in xs {
+                check(group, q4k::Q4K::GROUP_BLOCK, x, Isa::$isa);
+                assert_eq!(
+                    x.residual.is_some(),
+                    paired,
+                    "interleaved: rows of mixed planes"
+                );
+            }
             // SAFETY: `check` covers every load and found the level's features.
             unsafe {
-                if x.residual.is_some() {
-                    run::<true>(group, x)
+                if paired {
+                    run::<true, R>(group, xs)
                 } else {
-                    run::<false>(group, x)
+                    run::<false, R>(group, xs)
                 }
             }
         }
@@ -224,30 +252,39 @@ unsafe fn q4k_sub<L: Level>(w: &[(__m256i, __m256i); 4], codes: *const i8) -> __
     }
 }
 
+/// The dots of the group with `R` activation rows, each group of weights decoded once for
+/// all of them (prefill: 4 rows).
+///
 /// # Safety
-/// AVX2, FMA, F16C and `L`'s features; `check` passed for `group` and `x`.
+/// AVX2, FMA, F16C and `L`'s features; `check` passed for `group` and every row, and every
+/// row has a residual plane exactly when `PAIRED`.
 #[inline(always)]
-unsafe fn q4k_dot<L: Level, const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
-    // SAFETY: loads inside the group-block `gb` and block `b` of the activation row
+unsafe fn q4k_dot<L: Level, const PAIRED: bool, const R: usize>(
+    group: &[u8],
+    xs: &[&ActRow; R],
+) -> [[f32; ROWS]; R] {
+    // SAFETY: loads inside the group-block `gb` and block `b` of every activation row
     // (`check`); the caller has the features.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0f);
-        let value = x.value.as_ptr();
-        let residual = x.residual.unwrap_or(x.value).as_ptr();
-        let mut acc = _mm256_setzero_ps();
-        let mut min_acc = _mm256_setzero_ps();
+        let mut value = [std::ptr::null(); R];
+        let mut residual = [std::ptr::null(); R];
+        for r in 0..R {
+            value[r] = xs[r].value.as_ptr();
+            residual[r] = xs[r].residual.unwrap_or(xs[r].value).as_ptr();
+        }
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut min_acc = [_mm256_setzero_ps(); R];
         for (b, gb) in group.chunks_exact(q4k::Q4K::GROUP_BLOCK).enumerate() {
             let p = gb.as_ptr();
             let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q4k::D).cast()));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q4k::DMIN).cast()));
-            let mut sums_v = _mm256_setzero_si256();
-            let mut sums_r = _mm256_setzero_si256();
-            let mut mins = _mm256_setzero_si256();
+            let mut sums_v = [_mm256_setzero_si256(); R];
+            let mut sums_r = [_mm256_setzero_si256(); R];
+            let mut mins = [_mm256_setzero_si256(); R];
             for s in 0..8 {
                 let scale = eight::<false>(p.add(q4k::SCALES + 8 * s));
                 let min = eight::<false>(p.add(q4k::MINS + 8 * s));
-                let sums = _mm256_set1_epi32(*x.sums32.get_unchecked(8 * b + s));
-                mins = _mm256_add_epi32(mins, _mm256_mullo_epi32(min, sums));
                 let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
                 for (c, w) in w.iter_mut().enumerate() {
                     let q = _mm256_loadu_si256(p.add(qs_at(s, c, 0, 0)).cast());
@@ -257,21 +294,29 @@ unsafe fn q4k_dot<L: Level, const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f3
                     );
                 }
                 let at = 256 * b + 32 * s;
-                let v = q4k_sub::<L>(&w, value.add(at));
-                sums_v = _mm256_add_epi32(sums_v, _mm256_mullo_epi32(v, scale));
-                if PAIRED {
-                    let r = q4k_sub::<L>(&w, residual.add(at));
-                    sums_r = _mm256_add_epi32(sums_r, _mm256_mullo_epi32(r, scale));
+                for r in 0..R {
+                    let sums = _mm256_set1_epi32(*xs[r].sums32.get_unchecked(8 * b + s));
+                    mins[r] = _mm256_add_epi32(mins[r], _mm256_mullo_epi32(min, sums));
+                    let v = q4k_sub::<L>(&w, value[r].add(at));
+                    sums_v[r] = _mm256_add_epi32(sums_v[r], _mm256_mullo_epi32(v, scale));
+                    if PAIRED {
+                        let res = q4k_sub::<L>(&w, residual[r].add(at));
+                        sums_r[r] = _mm256_add_epi32(sums_r[r], _mm256_mullo_epi32(res, scale));
+                    }
                 }
             }
-            let step = _mm256_set1_ps(*x.steps.get_unchecked(b));
-            let sums = combine::<PAIRED>(sums_v, sums_r);
-            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, step), acc);
-            let mins = _mm256_cvtepi32_ps(mins);
-            min_acc = _mm256_fmadd_ps(mins, _mm256_mul_ps(dmin, step), min_acc);
+            for r in 0..R {
+                let step = _mm256_set1_ps(*xs[r].steps.get_unchecked(b));
+                let sums = combine::<PAIRED>(sums_v[r], sums_r[r]);
+                acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, step), acc[r]);
+                let mins = _mm256_cvtepi32_ps(mins[r]);
+                min_acc[r] = _mm256_fmadd_ps(mins, _mm256_mul_ps(dmin, step), min_acc[r]);
+            }
         }
-        let mut out = [0f32; ROWS];
-        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_sub_ps(acc, min_acc));
+        let mut out = [[0f32; ROWS]; R];
+        for r in 0..R {
+            _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], min_acc[r]));
+        }
         out
     }
 }
