@@ -1,4 +1,6 @@
-//! Matmul on quantized weights kept as stored (every GGUF quant type we read).
+//! Matmul on quantized weights kept as stored (every GGUF quant type we read), or repacked into
+//! interleaved groups of 8 rows (`interleaved`: Q4_K and Q6_K on x86, which take the integer
+//! path at every batch size).
 //!
 //! Single-row decode (a few rows more: `integer_max_m`) takes the integer path
 //! llama.cpp takes: the activation rows are quantized once to 8 bits (`activations`, one scale
