@@ -44,6 +44,25 @@ type GroupDot = fn(&[u8], &ActRow) -> [f32; ROWS];
 /// `GroupDot` for 4 activation rows at once.
 type GroupDot4 = fn(&[u8], &[&ActRow; 4]) -> [[f32; ROWS]; 4];
 
+/// A level's vector group kernels.
+struct Kernels {
+    q4k: GroupDot,
+    /// Q4_K for 4 activation rows at once (each weight group decoded once for them).
+    q4k_4: GroupDot4,
+    q6k: GroupDot,
+}
+
+/// The vector group kernels of level `isa`, where this CPU runs them (x86 only).
+fn vector_kernels(isa: Isa) -> Option<Kernels> {
+    #[cfg(target_arch = "x86_64")]
+    return x86::kernels(isa);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        None
+    }
+}
+
 /// A weight type's interleaved layout.
 trait Kind {
     /// Bytes of a stored block (256 weights).

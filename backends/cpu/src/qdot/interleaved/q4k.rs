@@ -153,22 +153,10 @@ impl Kind for Q4K {
     }
 
     fn dot_vector4(isa: Isa) -> Option<GroupDot4> {
-        #[cfg(target_arch = "x86_64")]
-        return super::x86::kernels(isa).map(|k| k.q4k_4);
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = isa;
-            None
-        }
+        super::vector_kernels(isa).map(|k| k.q4k_4)
     }
 
     fn dot_vector(isa: Isa) -> Option<GroupDot> {
-        #[cfg(target_arch = "x86_64")]
-        return super::x86::kernels(isa).map(|k| k.q4k);
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = isa;
-            None
-        }
+        super::vector_kernels(isa).map(|k| k.q4k)
     }
 }

@@ -153,12 +153,6 @@ impl Kind for Q6K {
     }
 
     fn dot_vector(isa: Isa) -> Option<GroupDot> {
-        #[cfg(target_arch = "x86_64")]
-        return super::x86::kernels(isa).map(|k| k.q6k);
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = isa;
-            None
-        }
+        super::vector_kernels(isa).map(|k| k.q6k)
     }
 }

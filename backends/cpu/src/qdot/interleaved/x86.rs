@@ -17,16 +17,8 @@ use std::arch::x86_64::*;
 
 use super::q4k::{self, qs_at};
 use super::q6k::{self, qh_at, ql_at};
-use super::{ActRow, GroupDot, GroupDot4, Kind, ROWS};
+use super::{ActRow, Kernels, Kind, ROWS};
 use crate::isa::Isa;
-
-/// A level's group kernels.
-pub(super) struct Kernels {
-    pub q4k: GroupDot,
-    /// Q4_K for 4 activation rows at once (each weight group decoded once for them).
-    pub q4k_4: GroupDot4,
-    pub q6k: GroupDot,
-}
 
 /// The group kernels of the level `isa`, where this CPU runs it.
 pub(super) fn kernels(isa: Isa) -> Option<Kernels> {
