@@ -30,12 +30,12 @@ pub enum BackendKind {
 /// How the CPU backend holds quantized weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CpuWeights {
-    /// Packed, decoded inside the matmul (fast); Q4_K and Q6_K matrices repacked at load into
-    /// interleaved groups of rows where this CPU has their kernels (x86 with AVX2; llama.cpp's
-    /// repack), which replace the file's pages in memory.
+    /// Packed, decoded inside the matmul (fast); Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K
+    /// matrices repacked at load into interleaved groups of rows where this CPU has their
+    /// kernels (x86 with AVX2; llama.cpp's repack), which replace the file's pages in memory.
     Packed,
     /// Packed as stored, computed on in place in the mapped file (no repacking: faster load,
-    /// pages shared between processes; slower Q4_K and Q6_K matmuls).
+    /// pages shared between processes; slower matmuls).
     Mapped,
     /// Dequantized to f32 at load (the plain reference path).
     F32,

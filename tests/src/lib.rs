@@ -37,7 +37,7 @@ pub fn fixtures_dir() -> PathBuf {
     workspace_root().join("fixtures")
 }
 
-/// Every way the CPU backend can hold weights (packed with K-quant matrices repacked where
+/// Every way the CPU backend can hold weights (packed with matrices repacked where
 /// the CPU has their kernels, packed as stored, f32); reference tests run on each.
 pub fn cpu_backends() -> [CpuBackend; 3] {
     [

@@ -11,6 +11,11 @@ use serde::Deserialize;
 /// ~15x headroom while a real error (a wrong RoPE pair, a dropped bias) moves logits by units.
 const LOGIT_TOLERANCE: f32 = 1e-3;
 
+/// The same where the matmuls read activations quantized to two 8-bit planes (~16 bits per
+/// value, one step per 32: matrices repacked into interleaved rows on x86): measured 5.0e-3
+/// (the row-major integer kernels on the same planes: 3.8e-3, 2.6e-3 with a step per 16).
+const QUANTIZED_ACTIVATIONS_TOLERANCE: f32 = 1.5e-2;
+
 #[derive(Deserialize)]
 struct Fixture {
     format_version: u32,
@@ -89,8 +94,14 @@ fn prompt_ids_match_reference_tokenizer() {
 #[test]
 fn last_position_logits_match_float64_reference() {
     let f = fixture();
-    // Both weight modes: packed Q4_1/Q8_0 decoded in the matmul, and f32 dequantized at load.
-    for backend in cpu_backends() {
+    // Every weight mode: repacked for the integer kernels, packed Q4_1/Q8_0 decoded in f32
+    // in the matmul, and f32 dequantized at load.
+    let tolerances = [
+        QUANTIZED_ACTIVATIONS_TOLERANCE,
+        LOGIT_TOLERANCE,
+        LOGIT_TOLERANCE,
+    ];
+    for (backend, tolerance) in cpu_backends().into_iter().zip(tolerances) {
         let m = load_cpu_with(&smollm2_path(), backend.clone());
         for case in &f.cases {
             let bytes = std::fs::read(fixtures_dir().join(&case.logits_file)).unwrap();
@@ -106,8 +117,8 @@ fn last_position_logits_match_float64_reference() {
                 case.name
             );
             assert!(
-                diff <= LOGIT_TOLERANCE,
-                "{}: max |logit diff| {diff} > {LOGIT_TOLERANCE}",
+                diff <= tolerance,
+                "{}: max |logit diff| {diff} > {tolerance}",
                 case.name
             );
         }
@@ -131,9 +142,10 @@ fn greedy_tokens_match_reference_up_to_near_ties() {
             .position(|(a, b)| a != b);
         match first_diff {
             None => assert_eq!(out.token_ids, case.greedy_ids, "{}", case.name),
-            // A different pick is only acceptable where the reference itself nearly tied.
+            // A different pick is only acceptable where the reference itself nearly tied
+            // (the default backend: activations quantized where matrices are repacked).
             Some(i) => assert!(
-                case.greedy_margins[i] < 2.0 * LOGIT_TOLERANCE,
+                case.greedy_margins[i] < 2.0 * QUANTIZED_ACTIVATIONS_TOLERANCE,
                 "{}: token {i} is {} but the reference picked {} with margin {}",
                 case.name,
                 out.token_ids[i],

@@ -4,11 +4,18 @@
 use infer_core::{open_model, RopeStyle};
 use infer_tests::gguf_writer::tiny_llama;
 use infer_tests::hf_writer::{write_hf_dir, SaveDtype};
-use infer_tests::{load_cpu, max_abs_diff, smollm2_path};
+use infer_tests::{load_cpu, load_cpu_with, max_abs_diff, smollm2_path, Loaded};
+
+/// A GGUF file on the CPU's exact kernels (packed as stored, f32 activations), which compute
+/// on the same weights as an f32 safetensors copy: the loaders are under test here, not the
+/// activations' quantization on matrices repacked for the integer kernels.
+fn load_exact(path: &str) -> Loaded {
+    load_cpu_with(path, infer_cpu::CpuBackend::new().without_repacking())
+}
 
 #[test]
 fn smollm2_gguf_and_safetensors_give_the_same_logits() {
-    let gguf = load_cpu(&smollm2_path());
+    let gguf = load_exact(&smollm2_path());
     let dir = tempfile::tempdir().unwrap();
     write_hf_dir(&gguf.files, dir.path(), SaveDtype::F32);
     let hf = load_cpu(dir.path().to_str().unwrap());
@@ -33,7 +40,7 @@ fn tiny_model_in_f16_and_bf16_matches_f32_within_rounding() {
     let dir = tempfile::tempdir().unwrap();
     let gguf_path = dir.path().join("tiny.gguf");
     std::fs::write(&gguf_path, tiny_llama(7).to_bytes()).unwrap();
-    let reference = load_cpu(gguf_path.to_str().unwrap());
+    let reference = load_exact(gguf_path.to_str().unwrap());
     let ids = [2u32, 50, 100, 7, 9, 200, 11];
     let want = reference.last_logits(&ids);
     for (dtype, tol) in [
@@ -54,7 +61,7 @@ fn sharded_safetensors_load_through_the_index() {
     let dir = tempfile::tempdir().unwrap();
     let gguf_path = dir.path().join("tiny.gguf");
     std::fs::write(&gguf_path, tiny_llama(3).to_bytes()).unwrap();
-    let reference = load_cpu(gguf_path.to_str().unwrap());
+    let reference = load_exact(gguf_path.to_str().unwrap());
     let hf_dir = tempfile::tempdir().unwrap();
     write_hf_dir(&reference.files, hf_dir.path(), SaveDtype::F32);
 

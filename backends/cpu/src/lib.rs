@@ -6,8 +6,9 @@
 //! Batched decode (2 to 64 rows) takes register-blocked f32 kernels that decode the common
 //! block types in registers (`blocked`: AVX-512, AVX2, NEON). Every vector kernel has a level
 //! (`Isa`: detected, or forced by `INFER_CPU_ISA`) and is tested against the scalar one.
-//! Q4_K and Q6_K matrices are repacked at load into interleaved groups of 8 rows on x86
-//! (`qdot::interleave`; `without_repacking` keeps them as stored).
+//! On x86 with AVX2, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are repacked at load
+//! into interleaved groups of 8 rows for the integer path (`qdot::interleave`;
+//! `without_repacking` keeps them as stored, on the kernels above).
 //! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
 mod attention;
@@ -43,9 +44,9 @@ pub use tensor::{CpuBatch, CpuTensor};
 #[derive(Clone)]
 pub struct CpuBackend {
     packed_weights: bool,
-    /// Whether Q4_K and Q6_K matrices are repacked at load into interleaved rows
-    /// (`qdot::interleave`) where this CPU has their kernels, instead of computed on in the
-    /// file's layout.
+    /// Whether Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are repacked at load into
+    /// interleaved rows (`qdot::interleave`) where this CPU has their kernels, instead of
+    /// computed on in the file's layout.
     repack: bool,
     /// The tensor-parallel group whose MPI all-reduce sums the row-parallel outputs.
     group: Option<Arc<dyn ProcessGroup>>,
@@ -124,7 +125,9 @@ const HIDDEN_ACTIVATIONS: Activations = Activations::Int16;
 /// `qdot` (types without f32 kernels).
 fn reads_quantized(w: &CpuTensor) -> Option<(GgmlType, Layout)> {
     match &w.storage {
-        Storage::Packed { dtype, layout, .. } if !quant::has_f32_kernels(*dtype) => {
+        Storage::Packed { dtype, layout, .. }
+            if *layout == Layout::Interleaved || !quant::has_f32_kernels(*dtype) =>
+        {
             Some((*dtype, *layout))
         }
         _ => None,
@@ -193,7 +196,7 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> String {
         let weights = match (self.packed_weights, self.repack) {
-            (true, true) => "packed, K-quants repacked",
+            (true, true) => "packed, interleaved where it has kernels",
             (true, false) => "packed as stored",
             (false, _) => "f32",
         };

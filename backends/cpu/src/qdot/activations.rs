@@ -13,7 +13,7 @@ use infer_core::gguf::GgmlType;
 
 pub(crate) struct Q8Rows {
     pub k: usize,
-    /// Values per scale: 16 or 256.
+    /// Values per scale: 16, 32 (interleaved 32-weight blocks) or 256.
     pub group: usize,
     /// `m * k` codes.
     pub codes: Vec<i8>,
@@ -117,7 +117,7 @@ fn group_scale(xs: &[f32]) -> (f32, f32) {
 
 #[inline(always)]
 fn quantize(x: &[f32], k: usize, group: usize) -> Q8Rows {
-    debug_assert!(group == 16 || group == 256);
+    debug_assert!([16, 32, 256].contains(&group));
     debug_assert!(k.is_multiple_of(32) && k.is_multiple_of(group));
     debug_assert!(x.len().is_multiple_of(k));
     let mut codes = vec![0i8; x.len()];
@@ -245,7 +245,7 @@ pub(crate) fn round_trip(x: &mut [f32], residual: bool, group: usize) {
 
 #[inline(always)]
 fn round_trip_groups(x: &mut [f32], residual: bool, group: usize) {
-    debug_assert!(group == 16 || group == 256);
+    debug_assert!([16, 32, 256].contains(&group));
     debug_assert!(x.len().is_multiple_of(group));
     /// One group to `scale * code`, as `quantize` codes it; returns the scale.
     #[inline(always)]

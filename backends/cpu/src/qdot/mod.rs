@@ -1,6 +1,6 @@
 //! Matmul on quantized weights kept as stored (every GGUF quant type we read), or repacked into
-//! interleaved groups of 8 rows (`interleaved`: Q4_K and Q6_K on x86, which take the integer
-//! path at every batch size).
+//! interleaved groups of 8 rows (`interleaved`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K on
+//! x86, which take the integer path at every batch size but Q8_0's without VNNI).
 //!
 //! Single-row decode (a few rows more: `integer_max_m`) takes the integer path
 //! llama.cpp takes: the activation rows are quantized once to 8 bits (`activations`, one scale
@@ -87,13 +87,14 @@ pub(crate) struct Prepared<'a> {
     m: usize,
     k: usize,
     /// The forms a weight given to `new` needs, by `form_slot`.
-    forms: [Option<Form>; 4],
+    forms: [Option<Form>; 6],
 }
 
 enum Form {
     /// The 8-bit planes the integer kernels read: up to `integer_max_m()` rows, and any number
-    /// for interleaved matrices, whose integer kernels beat GEMM on f32 tiles at every size
-    /// (a row's result then does not depend on the batch at all).
+    /// for interleaved matrices whose integer kernels beat GEMM on f32 tiles at every size
+    /// (`interleaved::integer_at_every_m`: a row's result then does not depend on the batch at
+    /// all).
     Planes(Vec<Q8Rows>),
     /// More rows: the values those planes stand for, back in f32, for GEMM. A token's result
     /// then does not depend on how many rows share its matmul (up to f32 rounding), so batched
@@ -118,7 +119,7 @@ impl<'a> Prepared<'a> {
             x,
             m,
             k,
-            forms: [None, None, None, None],
+            forms: Default::default(),
         };
         for &(dtype, layout) in weights {
             let slot = prepared.form_slot(dtype, layout);
@@ -129,23 +130,39 @@ impl<'a> Prepared<'a> {
         prepared
     }
 
-    /// Whether matmuls with this layout read planes (else values).
-    fn planes_for(&self, layout: Layout) -> bool {
-        layout == Layout::Interleaved || self.m <= integer_max_m()
+    /// Whether matmuls with `dtype` in this layout read planes (else values).
+    fn planes_for(&self, dtype: GgmlType, layout: Layout) -> bool {
+        self.m <= integer_max_m()
+            || (layout == Layout::Interleaved && interleaved::integer_at_every_m(dtype, isa()))
     }
 
-    /// Forms by group size (16, 256) and kind (planes, values).
+    /// Forms by group size (16, 32, 256) and kind (planes, values).
     fn form_slot(&self, dtype: GgmlType, layout: Layout) -> usize {
-        2 * usize::from(group_of(dtype) == 256) + usize::from(self.planes_for(layout))
+        let group = match group_for(dtype, layout) {
+            16 => 0,
+            32 => 1,
+            _ => 2,
+        };
+        2 * group + usize::from(self.planes_for(dtype, layout))
     }
 
     fn make(&self, dtype: GgmlType, layout: Layout) -> Form {
-        let (activations, x, k, group) = (self.activations, self.x, self.k, group_of(dtype));
-        if self.planes_for(layout) {
+        let (activations, x, k) = (self.activations, self.x, self.k);
+        let group = group_for(dtype, layout);
+        if self.planes_for(dtype, layout) {
             Form::Planes(planes_of(activations, x, k, group))
         } else {
             Form::Values(dequantized_activations(activations, x, k, group))
         }
+    }
+}
+
+/// Values per activation scale for matmuls with `dtype` weights in `layout`: interleaved ones
+/// take one step per block.
+fn group_for(dtype: GgmlType, layout: Layout) -> usize {
+    match layout {
+        Layout::Rows => group_of(dtype),
+        Layout::Interleaved => interleaved::activation_group(dtype),
     }
 }
 

@@ -1,5 +1,6 @@
-//! Q4_K and Q6_K matrices repacked at load into groups of 8 rows whose blocks are interleaved
-//! byte by byte (llama.cpp's `--repack`, in layouts of our own: `q4k`, `q6k`), so that
+//! Quantized matrices repacked at load into groups of 8 rows whose blocks are interleaved
+//! byte by byte (llama.cpp's `--repack`, in layouts of our own: `q4k`, `q6k`, and `blocks32`
+//! for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0), so that
 //! single-row decode handles 8 output rows per register: each 32-byte load holds 4 weights of
 //! each of the 8 rows, meets those 4 activations broadcast to every lane, and sums in i16
 //! across a sub-block before the sub-block scales (one lane per row) apply once. The
@@ -14,6 +15,7 @@
 //! The repacking is a bijection (`rows_of` gives back the stored bytes exactly: tested), and
 //! embedding rows decode straight from it to ggml's values.
 
+mod blocks32;
 mod q4k;
 mod q6k;
 #[cfg(target_arch = "x86_64")]
@@ -44,12 +46,22 @@ type GroupDot = fn(&[u8], &ActRow) -> [f32; ROWS];
 /// `GroupDot` for 4 activation rows at once.
 type GroupDot4 = fn(&[u8], &[&ActRow; 4]) -> [[f32; ROWS]; 4];
 
-/// A level's vector group kernels.
+/// A level's vector group kernels (`_4`: for 4 activation rows at once, each weight group
+/// decoded once for them).
 struct Kernels {
     q4k: GroupDot,
-    /// Q4_K for 4 activation rows at once (each weight group decoded once for them).
     q4k_4: GroupDot4,
     q6k: GroupDot,
+    q4_0: GroupDot,
+    q4_0_4: GroupDot4,
+    q4_1: GroupDot,
+    q4_1_4: GroupDot4,
+    q5_0: GroupDot,
+    q5_0_4: GroupDot4,
+    q5_1: GroupDot,
+    q5_1_4: GroupDot4,
+    q8_0: GroupDot,
+    q8_0_4: GroupDot4,
 }
 
 /// The vector group kernels of level `isa`, where this CPU runs them (x86 only).
@@ -65,7 +77,9 @@ fn vector_kernels(isa: Isa) -> Option<Kernels> {
 
 /// A weight type's interleaved layout.
 trait Kind {
-    /// Bytes of a stored block (256 weights).
+    /// Weights in a block (256 or 32), and in the activations' quantization groups.
+    const WEIGHTS: usize;
+    /// Bytes of a stored block.
     const BLOCK: usize;
     /// Bytes of a group-block: the 8 rows' block `b`.
     const GROUP_BLOCK: usize;
@@ -74,7 +88,7 @@ trait Kind {
     /// Reads row `r`'s block back out of `gb`, as stored.
     #[cfg(test)]
     fn unpack_block(gb: &[u8], r: usize, block: &mut [u8]);
-    /// Row `r`'s 256 weights of `gb` as f32, as ggml dequantizes them.
+    /// Row `r`'s `WEIGHTS` weights of `gb` as f32, as ggml dequantizes them.
     fn dequantize(gb: &[u8], r: usize, out: &mut [f32]);
     /// The reference group kernel: the vector one's integer sums, in plain Rust.
     fn dot_scalar(group: &[u8], x: &ActRow) -> [f32; ROWS];
@@ -99,6 +113,26 @@ macro_rules! with_kind {
                 type $K = q6k::Q6K;
                 $body
             }
+            GgmlType::Q4_0 => {
+                type $K = blocks32::Q4_0;
+                $body
+            }
+            GgmlType::Q4_1 => {
+                type $K = blocks32::Q4_1;
+                $body
+            }
+            GgmlType::Q5_0 => {
+                type $K = blocks32::Q5_0;
+                $body
+            }
+            GgmlType::Q5_1 => {
+                type $K = blocks32::Q5_1;
+                $body
+            }
+            GgmlType::Q8_0 => {
+                type $K = blocks32::Q8_0;
+                $body
+            }
             dtype => unreachable!("{} has no interleaved layout", dtype.name()),
         }
     };
@@ -106,12 +140,34 @@ macro_rules! with_kind {
 
 /// Whether a `[n, k]` matrix of `dtype` has an interleaved form whose kernels this CPU runs.
 pub(crate) fn interleavable(dtype: GgmlType, n: usize, k: usize) -> bool {
-    matches!(dtype, GgmlType::Q4K | GgmlType::Q6K)
-        && n > 0
-        && n.is_multiple_of(ROWS)
-        && k > 0
-        && k.is_multiple_of(256)
-        && kernels_available()
+    let weights = match dtype {
+        GgmlType::Q4K | GgmlType::Q6K => 256,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => 32,
+        _ => return false,
+    };
+    n > 0 && n.is_multiple_of(ROWS) && k > 0 && k.is_multiple_of(weights) && kernels_available()
+}
+
+/// Whether the integer kernels on an interleaved `dtype` beat GEMM on decoded f32 tiles at
+/// every batch size on level `isa`. Not Q8_0 without VNNI: AVX2 multiplies signed bytes in
+/// four instructions (`sign`, `maddubs`, a `madd` to i32 per 4 products, an add) for each of
+/// two planes, and SmolLM2 Q8_0's 128-token prefill fell from 550 to 330-380 tok/s (32
+/// requests at once: 16.0 to 21.8 s) where its decode rose from 101-104 to 132-135 tok/s.
+pub(crate) fn integer_at_every_m(dtype: GgmlType, isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let vnni = matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
+    #[cfg(not(target_arch = "x86_64"))]
+    let vnni = {
+        let _ = isa;
+        false
+    };
+    dtype != GgmlType::Q8_0 || vnni
+}
+
+/// Values per activation scale for an interleaved matrix of `dtype`: its block's weights, so
+/// the kernels apply one activation step per block.
+pub(crate) fn activation_group(dtype: GgmlType) -> usize {
+    with_kind!(dtype, K => K::WEIGHTS)
 }
 
 fn kernels_available() -> bool {
@@ -130,7 +186,7 @@ pub(crate) fn interleave(dtype: GgmlType, w: &[u8], n: usize, k: usize) -> Vec<u
 }
 
 fn interleave_as<K: Kind>(w: &[u8], n: usize, k: usize) -> Vec<u8> {
-    let nb = k / 256;
+    let nb = k / K::WEIGHTS;
     let row_bytes = nb * K::BLOCK;
     assert_eq!(w.len(), n * row_bytes, "interleave: not [n, k] rows");
     let mut out = vec![0u8; n / ROWS * nb * K::GROUP_BLOCK];
@@ -156,7 +212,7 @@ fn group_of<K: Kind>(data: &[u8], nb: usize, g: usize) -> &[u8] {
 #[cfg(test)]
 pub(crate) fn rows_of(dtype: GgmlType, data: &[u8], k: usize, r0: usize, r1: usize) -> Vec<u8> {
     fn rows_as<K: Kind>(data: &[u8], k: usize, r0: usize, r1: usize) -> Vec<u8> {
-        let nb = k / 256;
+        let nb = k / K::WEIGHTS;
         let mut out = vec![0u8; (r1 - r0) * nb * K::BLOCK];
         for (r, row) in (r0..r1).zip(out.chunks_exact_mut(nb * K::BLOCK)) {
             let group = group_of::<K>(data, nb, r / ROWS);
@@ -183,12 +239,12 @@ pub(crate) fn dequantize_rows(
     out: &mut [f32],
 ) {
     fn rows_as<K: Kind>(data: &[u8], k: usize, r0: usize, r1: usize, out: &mut [f32]) {
-        let nb = k / 256;
+        let nb = k / K::WEIGHTS;
         for (r, row) in (r0..r1).zip(out.chunks_exact_mut(k)) {
             let group = group_of::<K>(data, nb, r / ROWS);
             for (gb, values) in group
                 .chunks_exact(K::GROUP_BLOCK)
-                .zip(row.chunks_exact_mut(256))
+                .zip(row.chunks_exact_mut(K::WEIGHTS))
             {
                 K::dequantize(gb, r % ROWS, values);
             }
@@ -198,8 +254,11 @@ pub(crate) fn dequantize_rows(
 }
 
 /// One activation row as the interleaved kernels read it: one or two planes (a value and its
-/// residual, whose step is exactly the value's / 256, `activations::quantize_residual`).
+/// residual, whose step is exactly the value's / 256, `activations::quantize_residual`),
+/// quantized in groups of the weights' block (`activation_group`).
 pub(crate) struct ActRow<'a> {
+    /// Values per step: the weights' `Kind::WEIGHTS`.
+    group: usize,
     value: &'a [i8],
     residual: Option<&'a [i8]>,
     /// Per 16 values: each plane's codes summed (Q6_K's centre of 32 meets them).
@@ -208,15 +267,16 @@ pub(crate) struct ActRow<'a> {
     /// Per 32 values: the value codes summed, times 256 plus the residual codes summed where
     /// there is a residual (the sums Q4_K's mins meet).
     sums32: Vec<i32>,
-    /// Per 256 values: the step the integer sums are counted in (the residual's, or the
-    /// value's with one plane).
+    /// Per group: the step the integer sums are counted in (the residual's, or the value's
+    /// with one plane).
     steps: &'a [f32],
 }
 
 impl<'a> ActRow<'a> {
-    /// Row `r` of the planes (quantized in groups of 256).
+    /// Row `r` of the planes (quantized in groups of one size).
     pub(crate) fn new(planes: &'a [Q8Rows], r: usize) -> Self {
-        debug_assert!(planes.iter().all(|p| p.group == 256) && (1..=2).contains(&planes.len()));
+        let group = planes[0].group;
+        debug_assert!(planes.iter().all(|p| p.group == group) && (1..=2).contains(&planes.len()));
         let value = planes[0].row(r);
         let residual = planes.get(1).map(|p| p.row(r));
         let sum32 = |s: &[i16]| -> Vec<i32> {
@@ -231,6 +291,7 @@ impl<'a> ActRow<'a> {
             }
         }
         ActRow {
+            group,
             value: value.codes,
             residual: residual.map(|r| r.codes),
             value_sums: value.code_sums,
@@ -240,14 +301,17 @@ impl<'a> ActRow<'a> {
         }
     }
 
-    /// Whether the row covers `nb` blocks in every field the kernels read.
-    fn covers(&self, nb: usize) -> bool {
-        self.value.len() >= 256 * nb
-            && self.residual.is_none_or(|r| r.len() >= 256 * nb)
-            && self.value_sums.len() >= 16 * nb
-            && self.residual_sums.is_none_or(|s| s.len() >= 16 * nb)
+    /// Whether the row covers `nb` blocks of `weights` in every field the kernels read, in
+    /// steps of one per block.
+    fn covers(&self, nb: usize, weights: usize) -> bool {
+        let values = weights * nb;
+        self.group == weights
+            && self.value.len() >= values
+            && self.residual.is_none_or(|r| r.len() >= values)
+            && self.value_sums.len() >= values / 16
+            && self.residual_sums.is_none_or(|s| s.len() >= values / 16)
             && self.residual.is_some() == self.residual_sums.is_some()
-            && self.sums32.len() >= 8 * nb
+            && self.sums32.len() >= values / 32
             && self.steps.len() >= nb
     }
 }
@@ -266,7 +330,7 @@ pub(crate) fn matmul(
 }
 
 fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usize) -> Vec<f32> {
-    let nb = k / 256;
+    let nb = k / K::WEIGHTS;
     assert_eq!(
         data.len(),
         n / ROWS * nb * K::GROUP_BLOCK,
@@ -274,7 +338,7 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
     );
     let rows: Vec<ActRow> = (0..m).map(|r| ActRow::new(planes, r)).collect();
     assert!(
-        rows.iter().all(|x| x.covers(nb)),
+        rows.iter().all(|x| x.covers(nb, K::WEIGHTS)),
         "interleaved: activations of another width"
     );
     let dot = K::dot_vector(Isa::current()).unwrap_or(K::dot_scalar);

@@ -31,6 +31,7 @@ pub(super) const SCALES: usize = 32;
 pub(super) const MINS: usize = 96;
 
 impl Kind for Q4K {
+    const WEIGHTS: usize = 256;
     const BLOCK: usize = 144;
     const GROUP_BLOCK: usize = 16 + 16 + 64 + 64 + 1024;
 

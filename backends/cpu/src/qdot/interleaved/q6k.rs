@@ -62,6 +62,7 @@ fn interleaved_code(gb: &[u8], r: usize, l: usize) -> u8 {
 }
 
 impl Kind for Q6K {
+    const WEIGHTS: usize = 256;
     const BLOCK: usize = 210;
     const GROUP_BLOCK: usize = 8 * 210;
 

@@ -6,11 +6,25 @@ use infer_core::gguf::GgmlType;
 use proptest::prelude::*;
 
 use super::super::tests::{random_packed, Rng};
+use super::super::{dequantized_activations, matmul_dequantized};
 use super::super::{gather_rows_in, matmul_planes, matmul_prepared, planes_of};
 use super::super::{Activations, Isa, Layout, Prepared};
 use super::*;
 
-const TYPES: [GgmlType; 2] = [GgmlType::Q4K, GgmlType::Q6K];
+const TYPES: [GgmlType; 7] = [
+    GgmlType::Q4K,
+    GgmlType::Q6K,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
+/// Weights per block of `dtype`, and values per activation step.
+fn block_weights(dtype: GgmlType) -> usize {
+    activation_group(dtype)
+}
 
 /// `x · wᵀ` on the integer path for a matrix in `layout`.
 fn integer(
@@ -21,7 +35,7 @@ fn integer(
     layout: Layout,
     (m, k, n): (usize, usize, usize),
 ) -> Vec<f32> {
-    let planes = planes_of(activations, x, k, 256);
+    let planes = planes_of(activations, x, k, block_weights(dtype));
     match layout {
         Layout::Rows => matmul_planes(Isa::Scalar, &planes, w, dtype, m, k, n),
         Layout::Interleaved => matmul(dtype, &planes, w, m, k, n),
@@ -45,7 +59,7 @@ fn by_groups(dtype: GgmlType, isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> 
         };
         Some(
             packed
-                .chunks_exact(k / 256 * K::GROUP_BLOCK)
+                .chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK)
                 .flat_map(|group| dot(group, x))
                 .collect(),
         )
@@ -53,9 +67,36 @@ fn by_groups(dtype: GgmlType, isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> 
     with_kind!(dtype, K => as_kind::<K>(isa, packed, x, k))
 }
 
+/// The 4-row kernel of `dtype` at level `isa` on every group, where there is one: each row's
+/// outputs.
+fn by_groups4(
+    dtype: GgmlType,
+    isa: Isa,
+    packed: &[u8],
+    xs: &[&ActRow; 4],
+    k: usize,
+) -> Option<[Vec<f32>; 4]> {
+    fn as_kind<K: Kind>(
+        isa: Isa,
+        packed: &[u8],
+        xs: &[&ActRow; 4],
+        k: usize,
+    ) -> Option<[Vec<f32>; 4]> {
+        let dot4 = K::dot_vector4(isa)?;
+        let mut out: [Vec<f32>; 4] = Default::default();
+        for group in packed.chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK) {
+            for (o, dots) in out.iter_mut().zip(dot4(group, xs)) {
+                o.extend_from_slice(&dots);
+            }
+        }
+        Some(out)
+    }
+    with_kind!(dtype, K => as_kind::<K>(isa, packed, xs, k))
+}
+
 fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize)) {
     let packed = interleave(dtype, w, n, k);
-    // Q6_K's bytes exactly; Q4_K's 6-bit scales and mins take a byte each (+2.8 %).
+    // The stored bytes exactly, but Q4_K's 6-bit scales and mins take a byte each (+2.8 %).
     let extra = if dtype == GgmlType::Q4K {
         32 * n / ROWS * k / 256
     } else {
@@ -80,7 +121,7 @@ fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize))
             (m, k, n),
         );
         close(&got, &want, &what);
-        let planes = planes_of(activations, x, k, 256);
+        let planes = planes_of(activations, x, k, block_weights(dtype));
         let mut levels = 0;
         for isa in Isa::available() {
             for r in 0..m {
@@ -93,21 +134,19 @@ fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize))
             }
         }
         // Four rows at once (prefill), on every level with such a kernel.
-        if m >= 4 && dtype == GgmlType::Q4K {
+        if m >= 4 {
             let rows: Vec<ActRow> = (0..4).map(|r| ActRow::new(&planes, r)).collect();
             let xs = [&rows[0], &rows[1], &rows[2], &rows[3]];
             for isa in Isa::available() {
-                let Some(dot4) = q4k::Q4K::dot_vector4(isa) else {
+                let Some(got) = by_groups4(dtype, isa, &packed, &xs, k) else {
                     continue;
                 };
-                for (g, group) in packed
-                    .chunks_exact(k / 256 * q4k::Q4K::GROUP_BLOCK)
-                    .enumerate()
-                {
-                    for (r, got) in dot4(group, &xs).iter().enumerate() {
-                        let want = &want[r * n + ROWS * g..r * n + ROWS * (g + 1)];
-                        close(got, want, &format!("{isa} four rows {what}"));
-                    }
+                for (r, got) in got.iter().enumerate() {
+                    close(
+                        got,
+                        &want[r * n..(r + 1) * n],
+                        &format!("{isa} four rows {what}"),
+                    );
                 }
             }
         }
@@ -129,50 +168,56 @@ fn check_random(dtype: GgmlType, (m, k, n): (usize, usize, usize), seed: u64) {
 #[test]
 fn interleaved_kernels_match_the_row_major_ones() {
     for dtype in TYPES {
-        for (m, k, n) in [
-            (1, 256, 8),
-            (1, 512, 40),
-            (2, 768, 16),
-            (3, 256, 24),
-            (9, 512, 16),
+        let kb = block_weights(dtype);
+        for (m, blocks, n) in [
+            (1, 1, 8),
+            (1, 2, 40),
+            (2, 3, 16),
+            (3, 1, 24),
+            (9, 2, 16),
+            (5, 18, 8),
         ] {
+            let k = kb * blocks;
             check_random(dtype, (m, k, n), 7 + m as u64 + k as u64 + n as u64);
         }
     }
 }
 
 /// The largest codes with the largest scales (every byte 0xff but the f16 scales: Q4_K codes
-/// 15 with scales and mins 63, Q6_K codes 63 with scale -1; and Q6_K scale -128), activation
-/// codes of ±127 in the value plane (all one sign or mixed) or in the residual plane (a
-/// group's largest value 127, the rest 0.496 of its step): the i16 sums and the i32 block sums
-/// at their largest stay exact.
+/// 15 with scales and mins 63, Q6_K codes 63 with scale -1, Q4 codes 15, Q5 codes 31; and Q6_K
+/// scale -128, Q8_0 codes -128 and 127), activation codes of ±127 in the value plane (all one
+/// sign or mixed) or in the residual plane (a group's largest value 127, the rest 0.496 of its
+/// step): the i16 sums and the i32 block sums at their largest stay exact.
 #[test]
 fn the_largest_sums_stay_exact() {
     let (k, n) = (512, 8);
-    let patterns: Vec<Vec<f32>> = [1.0f32, -1.0]
-        .into_iter()
-        .flat_map(|sign| {
-            [
-                (0..k).map(|_| sign).collect(),
-                (0..k)
-                    .map(|i| if i % 3 == 0 { -sign } else { sign })
-                    .collect(),
-                (0..k)
-                    .map(|i| sign * if i % 256 == 0 { 127.0 } else { 0.496 })
-                    .collect(),
-            ]
-        })
-        .collect();
     for dtype in TYPES {
-        for q6k_scale in [0xff, 0x80] {
+        let group = block_weights(dtype);
+        let patterns: Vec<Vec<f32>> = [1.0f32, -1.0]
+            .into_iter()
+            .flat_map(|sign| {
+                [
+                    (0..k).map(|_| sign).collect(),
+                    (0..k)
+                        .map(|i| if i % 3 == 0 { -sign } else { sign })
+                        .collect(),
+                    (0..k)
+                        .map(|i| sign * if i % group == 0 { 127.0 } else { 0.496 })
+                        .collect(),
+                ]
+            })
+            .collect();
+        for extreme in [0xff, 0x80, 0x7f] {
             let mut w = random_packed(dtype, n, k, &mut Rng(1));
             let bytes = dtype.block().1;
             for block in w.chunks_exact_mut(bytes) {
                 match dtype {
-                    GgmlType::Q4K => block[4..].fill(0xff),
+                    GgmlType::Q4K | GgmlType::Q4_1 | GgmlType::Q5_1 => block[4..].fill(0xff),
+                    GgmlType::Q4_0 | GgmlType::Q5_0 => block[2..].fill(0xff),
+                    GgmlType::Q8_0 => block[2..].fill(extreme),
                     _ => {
                         block[..192].fill(0xff);
-                        block[192..208].fill(q6k_scale);
+                        block[192..208].fill(extreme);
                     }
                 }
             }
@@ -183,7 +228,8 @@ fn the_largest_sums_stay_exact() {
     }
 }
 
-/// Prefill and embedding rows on the interleaved form give ggml's numbers.
+/// Prefill (integer kernels or GEMM) and embedding rows on the interleaved form give ggml's
+/// numbers.
 #[test]
 fn other_paths_read_the_same_numbers() {
     let (m, k, n) = (70, 512, 24);
@@ -196,6 +242,12 @@ fn other_paths_read_the_same_numbers() {
         let want = matmul_prepared(&prepared, &w, Layout::Rows, dtype, n);
         let got = matmul_prepared(&prepared, &packed, Layout::Interleaved, dtype, n);
         close(&got, &want, &format!("{} prefill", dtype.name()));
+        // GEMM on f32 tiles decoded from the interleaved form (where the integer kernels do not
+        // serve every batch size, `integer_at_every_m`).
+        let values = dequantized_activations(Activations::Int16, &x, k, block_weights(dtype));
+        let want = matmul_dequantized(&values, &w, Layout::Rows, dtype, m, k, n);
+        let got = matmul_dequantized(&values, &packed, Layout::Interleaved, dtype, m, k, n);
+        close(&got, &want, &format!("{} GEMM on tiles", dtype.name()));
         let rows = [0, 7, 8, 23, 3];
         let got = gather_rows_in(&packed, Layout::Interleaved, dtype, k, &rows);
         let mut ggml = vec![0f32; n * k];
@@ -213,9 +265,15 @@ fn other_paths_read_the_same_numbers() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(16))]
+    #![proptest_config(ProptestConfig::with_cases(40))]
     #[test]
-    fn random_shapes_match(t in 0usize..2, m in 1usize..=6, kb in 1usize..4, groups in 1usize..6, seed in 0u64..1000) {
-        check_random(TYPES[t], (m, 256 * kb, ROWS * groups), seed);
+    fn random_shapes_match(
+        t in 0usize..TYPES.len(),
+        m in 1usize..=6,
+        kb in 1usize..4,
+        groups in 1usize..6,
+        seed in 0u64..1000,
+    ) {
+        check_random(TYPES[t], (m, block_weights(TYPES[t]) * kb, ROWS * groups), seed);
     }
 }
