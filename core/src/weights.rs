@@ -43,7 +43,9 @@ pub struct PackedBytes(Bytes);
 
 #[derive(Clone)]
 enum Bytes {
-    Owned(Arc<[u8]>),
+    /// A `Vec` behind the `Arc`, not `Arc<[u8]>`: taking a vector in moves it, where
+    /// `Arc<[u8]>::from` copies it (a repacked 1B model's gigabyte, twice resident meanwhile).
+    Owned(Arc<Vec<u8>>),
     #[cfg(feature = "native")]
     Mapped {
         map: Arc<memmap2::Mmap>,
@@ -62,7 +64,7 @@ impl PackedBytes {
     /// A sub-range, still a view of the mapped file where this is one (a rank's rows).
     pub fn slice(&self, range: std::ops::Range<usize>) -> Self {
         match &self.0 {
-            Bytes::Owned(b) => PackedBytes(Bytes::Owned(b[range].into())),
+            Bytes::Owned(b) => PackedBytes(Bytes::Owned(Arc::new(b[range].to_vec()))),
             #[cfg(feature = "native")]
             Bytes::Mapped { map, range: outer } => PackedBytes(Bytes::Mapped {
                 map: map.clone(),
@@ -103,7 +105,7 @@ impl Deref for PackedBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &self.0 {
-            Bytes::Owned(b) => b,
+            Bytes::Owned(b) => b.as_slice(),
             #[cfg(feature = "native")]
             Bytes::Mapped { map, range } => &map[range.clone()],
         }
@@ -112,7 +114,7 @@ impl Deref for PackedBytes {
 
 impl From<Vec<u8>> for PackedBytes {
     fn from(v: Vec<u8>) -> Self {
-        PackedBytes(Bytes::Owned(v.into()))
+        PackedBytes(Bytes::Owned(Arc::new(v)))
     }
 }
 

@@ -73,31 +73,33 @@ impl<const MIN: bool, const FIFTH: bool> Kind for Q45<MIN, FIFTH> {
             gb[M + 2 * r..M + 2 * r + 2].copy_from_slice(&block[2..4]);
         }
         // As stored, byte `j` of `qs` holds weight `j` in its low nibble and `16 + j` in its
-        // high one, and bit `w` of the little-endian `qh` is weight `w`'s fifth bit.
+        // high one, and bit `w` of the little-endian `qh` is weight `w`'s fifth bit. Whole
+        // bytes at a time: this runs over every block of the model at load.
         let qs = &block[Self::HEAD..Self::HEAD + 16];
-        let qh = if FIFTH {
-            let at = Self::HEAD - 4;
-            u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
-        } else {
-            0
-        };
-        let code = |w: usize| {
-            let low = if w < 16 {
-                qs[w] & 0x0f
-            } else {
-                qs[w - 16] >> 4
-            };
-            low | (((qh >> w) & 1) as u8) << 4
-        };
-        for i in 0..4 {
-            let mut high = 0u8;
-            for c in 0..4 {
-                let (a, b) = (code(8 * c + i), code(8 * c + 4 + i));
-                gb[Self::qs_at(c, r, i)] = (a & 0x0f) | ((b & 0x0f) << 4);
-                high |= ((a >> 4) << (2 * c)) | ((b >> 4) << (2 * c + 1));
+        for c in 0..4 {
+            let mut four = [0u8; 4];
+            for (i, byte) in four.iter_mut().enumerate() {
+                // Weights 8c + i and 8c + 4 + i: low nibbles of the first 16, high ones after.
+                let (a, b) = (8 * c + i, 8 * c + 4 + i);
+                *byte = if c < 2 {
+                    (qs[a] & 0x0f) | (qs[b] << 4)
+                } else {
+                    (qs[a - 16] >> 4) | (qs[b - 16] & 0xf0)
+                };
             }
-            if FIFTH {
-                gb[Self::QH + 4 * r + i] = high;
+            let at = Self::qs_at(c, r, 0);
+            gb[at..at + 4].copy_from_slice(&four);
+        }
+        if FIFTH {
+            let at = Self::HEAD - 4;
+            let qh = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+            for i in 0..4 {
+                let mut high = 0u32;
+                for c in 0..4 {
+                    high |= ((qh >> (8 * c + i)) & 1) << (2 * c);
+                    high |= ((qh >> (8 * c + 4 + i)) & 1) << (2 * c + 1);
+                }
+                gb[Self::QH + 4 * r + i] = high as u8;
             }
         }
     }
@@ -204,8 +206,9 @@ impl Kind for Q8_0 {
 
     fn pack_block(block: &[u8], r: usize, gb: &mut [u8]) {
         gb[D + 2 * r..D + 2 * r + 2].copy_from_slice(&block[0..2]);
-        for (w, &q) in block[2..34].iter().enumerate() {
-            gb[Self::qs_at(w / 4, r, w % 4)] = q;
+        for (c, four) in block[2..34].chunks_exact(4).enumerate() {
+            let at = Self::qs_at(c, r, 0);
+            gb[at..at + 4].copy_from_slice(four);
         }
     }
 
