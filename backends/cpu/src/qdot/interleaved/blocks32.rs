@@ -14,8 +14,7 @@
 //! The activations come in groups of 32 (`activation_group`), one step per block, so each
 //! block's integer sum converts to f32 once and meets the row's scale times that step.
 
-use super::{f16_at, ActRow, GroupDot, GroupDot4, Kind, ROWS};
-use crate::isa::Isa;
+use super::{f16_at, ActRow, Kind, ROWS};
 
 /// The 4- and 5-bit types: with offsets `m` (`MIN`: Q4_1, Q5_1) or centred codes, and with a
 /// fifth bit per weight (`FIFTH`: Q5_0, Q5_1) or not.
@@ -165,22 +164,14 @@ impl<const MIN: bool, const FIFTH: bool> Kind for Q45<MIN, FIFTH> {
         out
     }
 
-    fn dot_vector(isa: Isa) -> Option<GroupDot> {
-        super::vector_kernels(isa).map(|k| match (MIN, FIFTH) {
-            (false, false) => k.q4_0,
-            (true, false) => k.q4_1,
-            (false, true) => k.q5_0,
-            (true, true) => k.q5_1,
-        })
-    }
-
-    fn dot_vector4(isa: Isa) -> Option<GroupDot4> {
-        super::vector_kernels(isa).map(|k| match (MIN, FIFTH) {
-            (false, false) => k.q4_0_4,
-            (true, false) => k.q4_1_4,
-            (false, true) => k.q5_0_4,
-            (true, true) => k.q5_1_4,
-        })
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_x86<L: super::x86::Level, const PAIRED: bool, const R: usize>(
+        group: &[u8],
+        xs: &[&ActRow; R],
+    ) -> [[f32; ROWS]; R] {
+        // SAFETY: forwarded.
+        unsafe { super::x86::blocks32::q45_dot::<L, PAIRED, R, MIN, FIFTH>(group, xs) }
     }
 }
 
@@ -252,11 +243,13 @@ impl Kind for Q8_0 {
         out
     }
 
-    fn dot_vector(isa: Isa) -> Option<GroupDot> {
-        super::vector_kernels(isa).map(|k| k.q8_0)
-    }
-
-    fn dot_vector4(isa: Isa) -> Option<GroupDot4> {
-        super::vector_kernels(isa).map(|k| k.q8_0_4)
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_x86<L: super::x86::Level, const PAIRED: bool, const R: usize>(
+        group: &[u8],
+        xs: &[&ActRow; R],
+    ) -> [[f32; ROWS]; R] {
+        // SAFETY: forwarded.
+        unsafe { super::x86::blocks32::q8_0_dot::<L, PAIRED, R>(group, xs) }
     }
 }

@@ -40,34 +40,15 @@ pub(crate) enum Layout {
     Interleaved,
 }
 
-/// The 8 rows' dots of one group (all its blocks) with one activation row.
-type GroupDot = fn(&[u8], &ActRow) -> [f32; ROWS];
+/// A vector group kernel: the 8 rows' dots of one group with each of `R` activation rows
+/// (each group of weights decoded once for all of them).
+type GroupDots<const R: usize> = fn(&[u8], &[&ActRow; R]) -> [[f32; ROWS]; R];
 
-/// `GroupDot` for 4 activation rows at once.
-type GroupDot4 = fn(&[u8], &[&ActRow; 4]) -> [[f32; ROWS]; 4];
-
-/// A level's vector group kernels (`_4`: for 4 activation rows at once, each weight group
-/// decoded once for them).
-struct Kernels {
-    q4k: GroupDot,
-    q4k_4: GroupDot4,
-    q6k: GroupDot,
-    q4_0: GroupDot,
-    q4_0_4: GroupDot4,
-    q4_1: GroupDot,
-    q4_1_4: GroupDot4,
-    q5_0: GroupDot,
-    q5_0_4: GroupDot4,
-    q5_1: GroupDot,
-    q5_1_4: GroupDot4,
-    q8_0: GroupDot,
-    q8_0_4: GroupDot4,
-}
-
-/// The vector group kernels of level `isa`, where this CPU runs them (x86 only).
-fn vector_kernels(isa: Isa) -> Option<Kernels> {
+/// `K`'s vector group kernel at level `isa` for `R` activation rows, where this CPU runs one
+/// (x86 only).
+fn vector_dot<K: Kind, const R: usize>(isa: Isa) -> Option<GroupDots<R>> {
     #[cfg(target_arch = "x86_64")]
-    return x86::kernels(isa);
+    return x86::kernel::<K, R>(isa);
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = isa;
@@ -92,12 +73,19 @@ trait Kind {
     fn dequantize(gb: &[u8], r: usize, out: &mut [f32]);
     /// The reference group kernel: the vector one's integer sums, in plain Rust.
     fn dot_scalar(group: &[u8], x: &ActRow) -> [f32; ROWS];
-    /// The vector group kernel of level `isa`, where this CPU runs one.
-    fn dot_vector(isa: Isa) -> Option<GroupDot>;
-    /// The one for 4 activation rows at once (prefill), where a type has one.
-    fn dot_vector4(_isa: Isa) -> Option<GroupDot4> {
-        None
-    }
+    /// The vector group kernel's body on x86 level `L` (`x86::kernel` compiles it per level),
+    /// for one activation plane or two (`PAIRED`) and `R` activation rows. Implementations are
+    /// `#[inline(always)]`: out of line, the body would be compiled without the level's
+    /// features and call every intrinsic (20x slower, measured).
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C and `L`'s features; `x86::guarded`'s checks passed for `group` and every
+    /// row, and every row has a residual plane exactly when `PAIRED`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot_x86<L: x86::Level, const PAIRED: bool, const R: usize>(
+        group: &[u8],
+        xs: &[&ActRow; R],
+    ) -> [[f32; ROWS]; R];
 }
 
 /// Evaluates `$body` with `$K` naming `$dtype`'s layout (the caller checked
@@ -341,8 +329,8 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
         rows.iter().all(|x| x.covers(nb, K::WEIGHTS)),
         "interleaved: activations of another width"
     );
-    let dot = K::dot_vector(Isa::current()).unwrap_or(K::dot_scalar);
-    let dot4 = K::dot_vector4(Isa::current());
+    let dot = vector_dot::<K, 1>(Isa::current());
+    let dot4 = vector_dot::<K, 4>(Isa::current());
     let tile = (streaming_tile(n) / ROWS * ROWS).max(ROWS);
     by_column_tiles(m, n, tile, |c0, c1, part| {
         let width = c1 - c0;
@@ -360,8 +348,12 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
                 }
             }
             for (r, x) in rows.iter().enumerate().skip(r) {
+                let dots = match dot {
+                    Some(dot) => dot(group, &[x])[0],
+                    None => K::dot_scalar(group, x),
+                };
                 let at = r * width + ROWS * i;
-                part[at..at + ROWS].copy_from_slice(&dot(group, x));
+                part[at..at + ROWS].copy_from_slice(&dots);
             }
         }
     })

@@ -7,8 +7,7 @@
 
 use infer_core::gguf::kquants::scale_min_k4;
 
-use super::{f16_at, ActRow, GroupDot, GroupDot4, Kind, ROWS};
-use crate::isa::Isa;
+use super::{f16_at, ActRow, Kind, ROWS};
 
 pub(crate) struct Q4K;
 
@@ -153,11 +152,13 @@ impl Kind for Q4K {
         out
     }
 
-    fn dot_vector4(isa: Isa) -> Option<GroupDot4> {
-        super::vector_kernels(isa).map(|k| k.q4k_4)
-    }
-
-    fn dot_vector(isa: Isa) -> Option<GroupDot> {
-        super::vector_kernels(isa).map(|k| k.q4k)
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_x86<L: super::x86::Level, const PAIRED: bool, const R: usize>(
+        group: &[u8],
+        xs: &[&ActRow; R],
+    ) -> [[f32; ROWS]; R] {
+        // SAFETY: forwarded.
+        unsafe { super::x86::kquant::q4k_dot::<L, PAIRED, R>(group, xs) }
     }
 }

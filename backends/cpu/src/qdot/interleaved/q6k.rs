@@ -14,8 +14,7 @@
 //! Codes are 0..=63 around 32: the kernels sum codes against activations and subtract 32
 //! times the activations' per-16 sums (`ActRow::value_sums`), each scaled.
 
-use super::{f16_at, ActRow, GroupDot, Kind, ROWS};
-use crate::isa::Isa;
+use super::{f16_at, ActRow, Kind, ROWS};
 
 pub(crate) struct Q6K;
 
@@ -153,7 +152,13 @@ impl Kind for Q6K {
         out
     }
 
-    fn dot_vector(isa: Isa) -> Option<GroupDot> {
-        super::vector_kernels(isa).map(|k| k.q6k)
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_x86<L: super::x86::Level, const PAIRED: bool, const R: usize>(
+        group: &[u8],
+        xs: &[&ActRow; R],
+    ) -> [[f32; ROWS]; R] {
+        // SAFETY: forwarded.
+        unsafe { super::x86::kquant::q6k_dot::<L, PAIRED, R>(group, xs) }
     }
 }

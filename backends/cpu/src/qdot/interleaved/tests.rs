@@ -53,14 +53,18 @@ fn close(got: &[f32], want: &[f32], what: &str) {
 /// group of `packed`; `None` where this CPU has no such kernel.
 fn by_groups(dtype: GgmlType, isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> Option<Vec<f32>> {
     fn as_kind<K: Kind>(isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> Option<Vec<f32>> {
-        let dot = match isa {
-            Isa::Scalar => K::dot_scalar,
-            isa => K::dot_vector(isa)?,
+        let vector = match isa {
+            Isa::Scalar => None,
+            isa => Some(vector_dot::<K, 1>(isa)?),
+        };
+        let dot = |group: &[u8]| match vector {
+            Some(dot) => dot(group, &[x])[0],
+            None => K::dot_scalar(group, x),
         };
         Some(
             packed
                 .chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK)
-                .flat_map(|group| dot(group, x))
+                .flat_map(dot)
                 .collect(),
         )
     }
@@ -82,7 +86,7 @@ fn by_groups4(
         xs: &[&ActRow; 4],
         k: usize,
     ) -> Option<[Vec<f32>; 4]> {
-        let dot4 = K::dot_vector4(isa)?;
+        let dot4 = vector_dot::<K, 4>(isa)?;
         let mut out: [Vec<f32>; 4] = Default::default();
         for group in packed.chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK) {
             for (o, dots) in out.iter_mut().zip(dot4(group, xs)) {

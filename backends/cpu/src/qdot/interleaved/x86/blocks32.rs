@@ -12,20 +12,7 @@ use std::arch::x86_64::*;
 
 use super::super::blocks32::{self, Q45, Q8_0};
 use super::super::{ActRow, Kind, ROWS};
-use super::{four, Level};
-
-/// The activation rows' code pointers: each plane, or the value plane where there is no
-/// residual (never read then).
-#[inline(always)]
-fn planes<const R: usize>(xs: &[&ActRow; R]) -> ([*const i8; R], [*const i8; R]) {
-    let mut value = [std::ptr::null(); R];
-    let mut residual = [std::ptr::null(); R];
-    for r in 0..R {
-        value[r] = xs[r].value.as_ptr();
-        residual[r] = xs[r].residual.unwrap_or(xs[r].value).as_ptr();
-    }
-    (value, residual)
-}
+use super::{four, planes, Level};
 
 /// `256 · value + residual`, or the value alone.
 ///
@@ -41,29 +28,6 @@ unsafe fn paired<const PAIRED: bool>(value: __m256i, residual: __m256i) -> __m25
             value
         }
     }
-}
-
-/// The wrappers level kernels are made of.
-macro_rules! q45_kernels {
-    ($($name:ident: $min:literal, $fifth:literal;)*) => {$(
-        /// # Safety
-        /// As `q45_dot`'s.
-        #[inline(always)]
-        pub(super) unsafe fn $name<L: Level, const PAIRED: bool, const R: usize>(
-            group: &[u8],
-            xs: &[&ActRow; R],
-        ) -> [[f32; ROWS]; R] {
-            // SAFETY: forwarded.
-            unsafe { q45_dot::<L, PAIRED, R, $min, $fifth>(group, xs) }
-        }
-    )*};
-}
-
-q45_kernels! {
-    q4_0_dot: false, false;
-    q4_1_dot: true, false;
-    q5_0_dot: false, true;
-    q5_1_dot: true, true;
 }
 
 /// Bit `b` of each byte of `h` at bit 4, the rest cleared (16-bit shifts: each byte's own bit
@@ -139,7 +103,7 @@ pub(super) unsafe fn nibbles32<L: Level, const FIFTH: bool>(
 /// AVX2, FMA, F16C and `L`'s features; `guarded`'s checks passed for `group` and every row,
 /// and every row has a residual plane exactly when `PAIRED`.
 #[inline(always)]
-unsafe fn q45_dot<
+pub(in crate::qdot::interleaved) unsafe fn q45_dot<
     L: Level,
     const PAIRED: bool,
     const R: usize,
@@ -236,7 +200,11 @@ unsafe fn q8_plane<L: Level>(w: &[__m256i; 8], mag: &[__m256i; 8], codes: *const
 /// # Safety
 /// As `q45_dot`'s.
 #[inline(always)]
-pub(super) unsafe fn q8_0_dot<L: Level, const PAIRED: bool, const R: usize>(
+pub(in crate::qdot::interleaved) unsafe fn q8_0_dot<
+    L: Level,
+    const PAIRED: bool,
+    const R: usize,
+>(
     group: &[u8],
     xs: &[&ActRow; R],
 ) -> [[f32; ROWS]; R] {

@@ -13,7 +13,7 @@ use super::super::q4k::{self, qs_at};
 use super::super::q6k::{self, qh_at, ql_at};
 use super::super::{ActRow, Kind, ROWS};
 use super::blocks32::nibbles32;
-use super::{combine, eight, four, Level};
+use super::{combine, eight, four, planes, Level};
 
 /// The dots of the group with `R` activation rows, each group of weights decoded once for
 /// all of them (prefill: 4 rows).
@@ -22,7 +22,7 @@ use super::{combine, eight, four, Level};
 /// AVX2, FMA, F16C and `L`'s features; `guarded`'s checks passed for `group` and every row,
 /// and every row has a residual plane exactly when `PAIRED`.
 #[inline(always)]
-pub(super) unsafe fn q4k_dot<L: Level, const PAIRED: bool, const R: usize>(
+pub(in crate::qdot::interleaved) unsafe fn q4k_dot<L: Level, const PAIRED: bool, const R: usize>(
     group: &[u8],
     xs: &[&ActRow; R],
 ) -> [[f32; ROWS]; R] {
@@ -30,12 +30,7 @@ pub(super) unsafe fn q4k_dot<L: Level, const PAIRED: bool, const R: usize>(
     // (`guarded`); the caller has the features.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0f);
-        let mut value = [std::ptr::null(); R];
-        let mut residual = [std::ptr::null(); R];
-        for r in 0..R {
-            value[r] = xs[r].value.as_ptr();
-            residual[r] = xs[r].residual.unwrap_or(xs[r].value).as_ptr();
-        }
+        let (value, residual) = planes(xs);
         let mut acc = [_mm256_setzero_ps(); R];
         let mut min_acc = [_mm256_setzero_ps(); R];
         for (b, gb) in group.chunks_exact(q4k::Q4K::GROUP_BLOCK).enumerate() {
@@ -124,7 +119,7 @@ unsafe fn q6k_sixteen<L: Level>(
 /// # Safety
 /// As `q6k_row`'s, for every row.
 #[inline(always)]
-pub(super) unsafe fn q6k_dot<L: Level, const PAIRED: bool, const R: usize>(
+pub(in crate::qdot::interleaved) unsafe fn q6k_dot<L: Level, const PAIRED: bool, const R: usize>(
     group: &[u8],
     xs: &[&ActRow; R],
 ) -> [[f32; ROWS]; R] {

@@ -10,25 +10,22 @@
 
 use std::arch::x86_64::*;
 
-use super::blocks32::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use super::q4k::Q4K;
-use super::q6k::Q6K;
-use super::{ActRow, Kernels, Kind, ROWS};
+use super::{ActRow, GroupDots, Kind, ROWS};
 use crate::isa::Isa;
 
-mod blocks32;
-mod kquant;
+pub(super) mod blocks32;
+pub(super) mod kquant;
 
-/// The group kernels of the level `isa`, where this CPU runs it.
-pub(super) fn kernels(isa: Isa) -> Option<Kernels> {
+/// `K`'s group kernel for `R` activation rows at level `isa`, where this CPU runs it.
+pub(super) fn kernel<K: Kind, const R: usize>(isa: Isa) -> Option<GroupDots<R>> {
     if !super::kernels_available() || !isa.supported() {
         return None;
     }
     match isa {
         Isa::Scalar => None,
-        Isa::Avx2 | Isa::Avx512 => Some(avx2::kernels()),
-        Isa::AvxVnni => Some(avxvnni::kernels()),
-        Isa::Avx512Vnni => Some(avx512vnni::kernels()),
+        Isa::Avx2 | Isa::Avx512 => Some(avx2::dot::<K, R>),
+        Isa::AvxVnni => Some(avxvnni::dot::<K, R>),
+        Isa::Avx512Vnni => Some(avx512vnni::dot::<K, R>),
     }
 }
 
@@ -110,72 +107,35 @@ fn guarded<K: Kind, const R: usize>(
     unsafe { run[usize::from(paired)](group, xs) }
 }
 
-/// The kernels of a level (a module of its own): each body compiled with the level's
-/// features, for one plane or two, behind `guarded`.
+/// The kernels of a level (a module of its own): every type's body (`Kind::dot_x86`)
+/// compiled with the level's features, for one plane or two, behind `guarded`.
 macro_rules! level_kernels {
     ($module:ident, $level:ident, $isa:ident, $features:literal) => {
         mod $module {
             use super::*;
 
-            macro_rules! compiled {
-                ($name:ident, $from:ident :: $body:ident) => {
-                    /// # Safety
-                    /// The level's features; `guarded`'s checks passed.
-                    #[target_feature(enable = $features)]
-                    unsafe fn $name<const PAIRED: bool, const R: usize>(
-                        group: &[u8],
-                        xs: &[&ActRow; R],
-                    ) -> [[f32; ROWS]; R] {
-                        // SAFETY: forwarded.
-                        unsafe { $from::$body::<$level, PAIRED, R>(group, xs) }
-                    }
-                };
+            /// # Safety
+            /// The level's features; `guarded`'s checks passed.
+            #[target_feature(enable = $features)]
+            unsafe fn run<K: Kind, const PAIRED: bool, const R: usize>(
+                group: &[u8],
+                xs: &[&ActRow; R],
+            ) -> [[f32; ROWS]; R] {
+                // SAFETY: forwarded.
+                unsafe { K::dot_x86::<$level, PAIRED, R>(group, xs) }
             }
-            compiled!(q4k, kquant::q4k_dot);
-            compiled!(q6k, kquant::q6k_dot);
-            compiled!(q4_0, blocks32::q4_0_dot);
-            compiled!(q4_1, blocks32::q4_1_dot);
-            compiled!(q5_0, blocks32::q5_0_dot);
-            compiled!(q5_1, blocks32::q5_1_dot);
-            compiled!(q8_0, blocks32::q8_0_dot);
 
-            pub(super) fn kernels() -> Kernels {
-                const I: Isa = Isa::$isa;
-                Kernels {
-                    q4k: |g, x| guarded::<Q4K, 1>(I, g, &[x], [q4k::<false, 1>, q4k::<true, 1>])[0],
-                    q4k_4: |g, xs| guarded::<Q4K, 4>(I, g, xs, [q4k::<false, 4>, q4k::<true, 4>]),
-                    q6k: |g, x| guarded::<Q6K, 1>(I, g, &[x], [q6k::<false, 1>, q6k::<true, 1>])[0],
-                    q4_0: |g, x| {
-                        guarded::<Q4_0, 1>(I, g, &[x], [q4_0::<false, 1>, q4_0::<true, 1>])[0]
-                    },
-                    q4_0_4: |g, xs| {
-                        guarded::<Q4_0, 4>(I, g, xs, [q4_0::<false, 4>, q4_0::<true, 4>])
-                    },
-                    q4_1: |g, x| {
-                        guarded::<Q4_1, 1>(I, g, &[x], [q4_1::<false, 1>, q4_1::<true, 1>])[0]
-                    },
-                    q4_1_4: |g, xs| {
-                        guarded::<Q4_1, 4>(I, g, xs, [q4_1::<false, 4>, q4_1::<true, 4>])
-                    },
-                    q5_0: |g, x| {
-                        guarded::<Q5_0, 1>(I, g, &[x], [q5_0::<false, 1>, q5_0::<true, 1>])[0]
-                    },
-                    q5_0_4: |g, xs| {
-                        guarded::<Q5_0, 4>(I, g, xs, [q5_0::<false, 4>, q5_0::<true, 4>])
-                    },
-                    q5_1: |g, x| {
-                        guarded::<Q5_1, 1>(I, g, &[x], [q5_1::<false, 1>, q5_1::<true, 1>])[0]
-                    },
-                    q5_1_4: |g, xs| {
-                        guarded::<Q5_1, 4>(I, g, xs, [q5_1::<false, 4>, q5_1::<true, 4>])
-                    },
-                    q8_0: |g, x| {
-                        guarded::<Q8_0, 1>(I, g, &[x], [q8_0::<false, 1>, q8_0::<true, 1>])[0]
-                    },
-                    q8_0_4: |g, xs| {
-                        guarded::<Q8_0, 4>(I, g, xs, [q8_0::<false, 4>, q8_0::<true, 4>])
-                    },
-                }
+            /// `K`'s group kernel on this level.
+            pub(super) fn dot<K: Kind, const R: usize>(
+                group: &[u8],
+                xs: &[&ActRow; R],
+            ) -> [[f32; ROWS]; R] {
+                guarded::<K, R>(
+                    Isa::$isa,
+                    group,
+                    xs,
+                    [run::<K, false, R>, run::<K, true, R>],
+                )
             }
         }
     };
@@ -189,6 +149,19 @@ level_kernels!(
     Avx512Vnni,
     "avx2,fma,f16c,avx512vnni,avx512vl"
 );
+
+/// The activation rows' code pointers: each plane, or the value plane where there is no
+/// residual (never read then).
+#[inline(always)]
+pub(super) fn planes<const R: usize>(xs: &[&ActRow; R]) -> ([*const i8; R], [*const i8; R]) {
+    let mut value = [std::ptr::null(); R];
+    let mut residual = [std::ptr::null(); R];
+    for r in 0..R {
+        value[r] = xs[r].value.as_ptr();
+        residual[r] = xs[r].residual.unwrap_or(xs[r].value).as_ptr();
+    }
+    (value, residual)
+}
 
 /// Four codes as one lane, broadcast to all eight.
 ///
