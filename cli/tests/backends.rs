@@ -94,8 +94,78 @@ fn bench_kernels_reports_every_kernel_on_the_adapter() {
         let k = k.unwrap_or_else(|| panic!("no {name} in {v}"));
         assert!(k["median_us"].as_f64().is_some_and(|t| t > 0.0), "{k}");
     }
-    let cpu = infer(&["bench", "kernels", "--backend", "cpu"], &[]);
-    assert!(!cpu.status.success());
+    // CPU-only flags are refused on the wgpu benchmark, by name.
+    let out = infer(&["bench", "kernels", "--rows", "4"], &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rows"));
+}
+
+#[test]
+fn bench_kernels_times_the_cpu_matmuls_and_refuses_bad_cases() {
+    let args = [
+        "bench",
+        "kernels",
+        "--backend",
+        "cpu",
+        "--dtypes",
+        "q4_k,Q8_0",
+        "--shapes",
+        "16x256",
+        "--rows",
+        "1,5",
+        "--footprint-mb",
+        "1",
+        "--reps",
+        "1",
+        "--samples",
+        "1",
+        "--threads",
+        "2",
+        "--json",
+    ];
+    let out = infer(&args, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["threads"], 2);
+    let kernels = v["kernels"].as_array().unwrap();
+    let cases: Vec<(String, u64)> = kernels
+        .iter()
+        .map(|k| {
+            (
+                k["dtype"].as_str().unwrap().to_string(),
+                k["m"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [("Q4_K", 1), ("Q4_K", 5), ("Q8_0", 1), ("Q8_0", 5)].map(|(d, m)| (d.into(), m));
+    assert_eq!(cases, want);
+    for k in kernels {
+        assert!(k["median_us"].as_f64().is_some_and(|t| t > 0.0), "{k}");
+        assert!(k["gbytes_per_s"].as_f64().is_some_and(|t| t > 0.0), "{k}");
+        // 1 MB of copies of a 2-4 KB matrix.
+        assert!(k["copies"].as_u64().is_some_and(|c| c > 100), "{k}");
+    }
+    for (flag, value, named) in [
+        ("--dtypes", "Q9_9", "Q9_9"),
+        ("--shapes", "16x100", "16x100"),
+        ("--shapes", "16by256", "16by256"),
+        ("--rows", "0", "--rows"),
+        ("--backend", "cuda", "wgpu and cpu"),
+    ] {
+        let mut a = args.to_vec();
+        let at = a.iter().position(|&x| x == flag).unwrap();
+        a[at + 1] = value;
+        let out = infer(&a, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(named),
+            "{flag} {value}: {stderr}"
+        );
+    }
 }
 
 #[test]

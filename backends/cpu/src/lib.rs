@@ -12,6 +12,7 @@
 //! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
 mod attention;
+pub mod bench;
 mod blocked;
 mod isa;
 mod kv_cache;
@@ -20,6 +21,7 @@ mod moe;
 mod ops;
 mod qdot;
 mod quant;
+mod random;
 mod tensor;
 
 use std::sync::Arc;

@@ -1,4 +1,3 @@
-use half::f16;
 use proptest::prelude::*;
 
 use super::*;
@@ -15,20 +14,7 @@ fn xorshift(seed: u64) -> impl FnMut() -> u64 {
 
 /// Random blocks of `dtype` with sane f16 scales (and mins).
 fn random_packed(dtype: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
-    let (per_block, bytes) = dtype.block();
-    let mut next = xorshift(seed);
-    let mut data: Vec<u8> = (0..n * k / per_block * bytes)
-        .map(|_| next() as u8)
-        .collect();
-    for b in data.chunks_exact_mut(bytes) {
-        let d = 0.002 + (next() % 100) as f32 * 1e-4;
-        b[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-        if matches!(dtype, GgmlType::Q4_1 | GgmlType::Q5_1) {
-            let m = (next() % 100) as f32 * 1e-3 - 0.05;
-            b[2..4].copy_from_slice(&f16::from_f32(m).to_le_bytes());
-        }
-    }
-    data
+    crate::random::random_packed(dtype, n, k, &mut crate::random::Rng(seed))
 }
 
 fn random_f32(len: usize, seed: u64) -> Vec<f32> {

@@ -3,58 +3,12 @@
 //! the dequantized 8-bit activations (only f32 rounding apart), and the f32 activations (within
 //! the 8-bit quantization bound).
 
-use half::f16;
 use infer_core::gguf::GgmlType;
 use proptest::prelude::*;
 
 use super::*;
 
-/// Byte offsets of the f16 scales in each block (ggml-common.h), as scripts/quant_fixture.py.
-fn f16_fields(dtype: GgmlType) -> &'static [usize] {
-    match dtype {
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-        GgmlType::Q2K => &[80, 82],
-        GgmlType::Q3K => &[108],
-        GgmlType::Q6K => &[208],
-        // An E8M0 exponent, set by `random_packed`.
-        GgmlType::MXFP4 => &[],
-        _ => &[0],
-    }
-}
-
-pub(super) struct Rng(pub(super) u64);
-impl Rng {
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    pub(super) fn uniform(&mut self) -> f32 {
-        (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
-    }
-}
-
-/// Random blocks (every bit pattern of codes and sub-block scales is valid) with small finite
-/// f16 scales.
-pub(super) fn random_packed(dtype: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
-    let (per_block, bytes) = dtype.block();
-    let mut data: Vec<u8> = (0..n * k / per_block * bytes)
-        .map(|_| rng.next() as u8)
-        .collect();
-    for b in data.chunks_exact_mut(bytes) {
-        for &at in f16_fields(dtype) {
-            let v = 0.02 * rng.uniform() / per_block as f32 * 32.0;
-            b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
-        }
-        if dtype == GgmlType::MXFP4 {
-            // Scales 2^-11 .. 2^-6 (halved, times codes up to 12): values like the others'.
-            b[0] = 117 + (rng.next() % 6) as u8;
-        }
-    }
-    data
-}
+pub(super) use crate::random::{random_packed, Rng};
 
 fn dequantized(dtype: GgmlType, w: &[u8], n: usize, k: usize) -> Vec<f32> {
     let mut out = vec![0f32; n * k];

@@ -6,27 +6,7 @@ use proptest::prelude::*;
 
 /// Random bytes make valid blocks once the f16 scales are set to sane values.
 fn random_packed(dtype: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
-    let (per_block, bytes) = dtype.block();
-    let mut s = seed | 1;
-    let mut data: Vec<u8> = (0..n * k / per_block * bytes)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
-    for (i, b) in data.chunks_exact_mut(bytes).enumerate() {
-        b[..2].copy_from_slice(&f16::from_f32(0.01 + (i % 7) as f32 * 0.003).to_le_bytes());
-        if dtype == GgmlType::Q4_1 {
-            b[2..4].copy_from_slice(&f16::from_f32(-0.05 + (i % 5) as f32 * 0.02).to_le_bytes());
-        }
-        if dtype == GgmlType::MXFP4 {
-            // An E8M0 exponent: scales 2^-9 .. 2^-3.
-            b[0] = 120 + (i % 7) as u8;
-        }
-    }
-    data
+    crate::random::random_packed(dtype, n, k, &mut crate::random::Rng(seed))
 }
 
 #[test]
