@@ -12,6 +12,7 @@
 //! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
 mod attention;
+mod awake;
 pub mod bench;
 mod blocked;
 mod isa;
@@ -243,6 +244,19 @@ impl Backend for CpuBackend {
                 layout,
             },
         }))
+    }
+
+    /// The step with the pool's workers kept awake between its parallel regions
+    /// (`awake::KeepAwake`).
+    fn run_step(
+        &self,
+        batch: &BatchInput,
+        kv: &mut CpuKvCache,
+        body: &mut dyn FnMut(&CpuBatch, &mut CpuKvCache) -> Result<CpuTensor>,
+    ) -> Result<CpuTensor> {
+        let meta = self.upload_batch(batch)?;
+        let _awake = awake::KeepAwake::new();
+        body(&meta, kv)
     }
 
     fn upload_batch(&self, batch: &BatchInput) -> Result<CpuBatch> {

@@ -166,12 +166,13 @@ impl<const MIN: bool, const FIFTH: bool> Kind for Q45<MIN, FIFTH> {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn dot_x86<L: super::x86::Level, const PAIRED: bool, const R: usize>(
-        group: &[u8],
+    unsafe fn dot_x86<V: super::x86::Lanes, const PAIRED: bool, const R: usize>(
+        groups: super::x86::Blocks,
+        nb: usize,
         xs: &[&ActRow; R],
-    ) -> [[f32; ROWS]; R] {
+    ) -> [[f32; 16]; R] {
         // SAFETY: forwarded.
-        unsafe { super::x86::blocks32::q45_dot::<L, PAIRED, R, MIN, FIFTH>(group, xs) }
+        unsafe { super::x86::blocks32::q45_dot::<V, PAIRED, R, MIN, FIFTH>(groups, nb, xs) }
     }
 }
 
@@ -245,11 +246,12 @@ impl Kind for Q8_0 {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn dot_x86<L: super::x86::Level, const PAIRED: bool, const R: usize>(
-        group: &[u8],
+    unsafe fn dot_x86<V: super::x86::Lanes, const PAIRED: bool, const R: usize>(
+        groups: super::x86::Blocks,
+        nb: usize,
         xs: &[&ActRow; R],
-    ) -> [[f32; ROWS]; R] {
+    ) -> [[f32; 16]; R] {
         // SAFETY: forwarded.
-        unsafe { super::x86::blocks32::q8_0_dot::<L, PAIRED, R>(group, xs) }
+        unsafe { super::x86::blocks32::q8_0_dot::<V, PAIRED, R>(groups, nb, xs) }
     }
 }

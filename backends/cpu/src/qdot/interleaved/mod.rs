@@ -8,7 +8,7 @@
 //! a decode of each block's scales and a horizontal sum per row; here Q4_K's 6-bit scales are
 //! decoded at load and the 8 rows' dots come out of one vector. At the 1B shape's 8192 × 2048
 //! matrices Q4_K runs at the machine's DRAM rate where the row-major kernel was bound by
-//! instructions (see the README). Prefill takes the same kernels (Q4_K decodes each group's
+//! instructions (see the README). Prefill takes the same kernels (each type decodes a group's
 //! weights once for 4 activation rows; the group stays in cache for the rest): they beat GEMM
 //! on decoded f32 tiles, and a row's result then does not depend on its batch at all.
 //!
@@ -40,15 +40,25 @@ pub(crate) enum Layout {
     Interleaved,
 }
 
-/// A vector group kernel: the 8 rows' dots of one group with each of `R` activation rows
-/// (each group of weights decoded once for all of them).
-type GroupDots<const R: usize> = fn(&[u8], &[&ActRow; R]) -> [[f32; ROWS]; R];
+/// A vector group kernel: the dots of one group (8 rows), or of two side by side, with each of
+/// `R` activation rows (each group of weights decoded once for all of them); lanes 0..8 are
+/// the first group's rows, 8..16 the second's.
+type GroupDots<const R: usize> = fn(&[&[u8]], &[&ActRow; R]) -> [[f32; 16]; R];
 
-/// `K`'s vector group kernel at level `isa` for `R` activation rows, where this CPU runs one
+/// A level's group kernels for `R` activation rows.
+#[derive(Clone, Copy)]
+struct Kernels<const R: usize> {
+    /// One group at a time (256-bit registers).
+    one: GroupDots<R>,
+    /// Two groups at a time (512-bit registers), on the AVX-512 levels.
+    two: Option<GroupDots<R>>,
+}
+
+/// `K`'s vector group kernels at level `isa` for `R` activation rows, where this CPU runs them
 /// (x86 only).
-fn vector_dot<K: Kind, const R: usize>(isa: Isa) -> Option<GroupDots<R>> {
+fn vector_kernels<K: Kind, const R: usize>(isa: Isa) -> Option<Kernels<R>> {
     #[cfg(target_arch = "x86_64")]
-    return x86::kernel::<K, R>(isa);
+    return x86::kernels::<K, R>(isa);
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = isa;
@@ -73,19 +83,21 @@ trait Kind {
     fn dequantize(gb: &[u8], r: usize, out: &mut [f32]);
     /// The reference group kernel: the vector one's integer sums, in plain Rust.
     fn dot_scalar(group: &[u8], x: &ActRow) -> [f32; ROWS];
-    /// The vector group kernel's body on x86 level `L` (`x86::kernel` compiles it per level),
-    /// for one activation plane or two (`PAIRED`) and `R` activation rows. Implementations are
+    /// The vector group kernel's body on x86 registers `V` (`x86::kernels` compiles it per
+    /// level and register width), for one activation plane or two (`PAIRED`), `R` activation
+    /// rows and the `V::GROUPS` groups of `nb` blocks starting at `groups`. Implementations are
     /// `#[inline(always)]`: out of line, the body would be compiled without the level's
     /// features and call every intrinsic (20x slower, measured).
     ///
     /// # Safety
-    /// AVX2, FMA, F16C and `L`'s features; `x86::guarded`'s checks passed for `group` and every
-    /// row, and every row has a residual plane exactly when `PAIRED`.
+    /// `V`'s level's features; `x86::guarded`'s checks passed for the groups and every row,
+    /// and every row has a residual plane exactly when `PAIRED`.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn dot_x86<L: x86::Level, const PAIRED: bool, const R: usize>(
-        group: &[u8],
+    unsafe fn dot_x86<V: x86::Lanes, const PAIRED: bool, const R: usize>(
+        groups: x86::Blocks,
+        nb: usize,
         xs: &[&ActRow; R],
-    ) -> [[f32; ROWS]; R];
+    ) -> [[f32; 16]; R];
 }
 
 /// Evaluates `$body` with `$K` naming `$dtype`'s layout (the caller checked
@@ -329,31 +341,62 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
         rows.iter().all(|x| x.covers(nb, K::WEIGHTS)),
         "interleaved: activations of another width"
     );
-    let dot = vector_dot::<K, 1>(Isa::current());
-    let dot4 = vector_dot::<K, 4>(Isa::current());
-    let tile = (streaming_tile(n) / ROWS * ROWS).max(ROWS);
+    let one = vector_kernels::<K, 1>(Isa::current());
+    let four = vector_kernels::<K, 4>(Isa::current());
+    // Whole pairs of groups per tile where the level takes two at a time.
+    let per_tile = if one.is_some_and(|k| k.two.is_some()) {
+        2 * ROWS
+    } else {
+        ROWS
+    };
+    let tile = (streaming_tile(n) / per_tile * per_tile).max(per_tile);
     by_column_tiles(m, n, tile, |c0, c1, part| {
         let width = c1 - c0;
-        for (i, g) in (c0 / ROWS..c1 / ROWS).enumerate() {
-            let group = group_of::<K>(data, nb, g);
+        let mut g = c0 / ROWS;
+        while g < c1 / ROWS {
+            let two = g + 1 < c1 / ROWS;
+            let first = group_of::<K>(data, nb, g);
+            let pair = [
+                first,
+                if two {
+                    group_of::<K>(data, nb, g + 1)
+                } else {
+                    first
+                },
+            ];
+            let groups: &[&[u8]] = &pair;
+            let at = ROWS * (g - c0 / ROWS);
+            let mut put = |r: usize, dots: &[f32; 16], count: usize| {
+                let at = r * width + at;
+                part[at..at + ROWS * count].copy_from_slice(&dots[..ROWS * count]);
+            };
             let mut r = 0;
-            if let Some(dot4) = dot4 {
-                while r + 4 <= m {
-                    let xs = [&rows[r], &rows[r + 1], &rows[r + 2], &rows[r + 3]];
-                    for (j, dots) in dot4(group, &xs).iter().enumerate() {
-                        let at = (r + j) * width + ROWS * i;
-                        part[at..at + ROWS].copy_from_slice(dots);
+            match (one, four) {
+                (Some(one), Some(four)) => {
+                    let (count, groups, one, four) = match (two, one.two, four.two) {
+                        (true, Some(one2), Some(four2)) => (2, groups, one2, four2),
+                        _ => (1, &groups[..1], one.one, four.one),
+                    };
+                    while r + 4 <= m {
+                        let xs = [&rows[r], &rows[r + 1], &rows[r + 2], &rows[r + 3]];
+                        for (j, dots) in four(groups, &xs).iter().enumerate() {
+                            put(r + j, dots, count);
+                        }
+                        r += 4;
                     }
-                    r += 4;
+                    for (r, x) in rows.iter().enumerate().skip(r) {
+                        put(r, &one(groups, &[x])[0], count);
+                    }
+                    g += count;
                 }
-            }
-            for (r, x) in rows.iter().enumerate().skip(r) {
-                let dots = match dot {
-                    Some(dot) => dot(group, &[x])[0],
-                    None => K::dot_scalar(group, x),
-                };
-                let at = r * width + ROWS * i;
-                part[at..at + ROWS].copy_from_slice(&dots);
+                _ => {
+                    for (r, x) in rows.iter().enumerate() {
+                        let mut dots = [0f32; 16];
+                        dots[..ROWS].copy_from_slice(&K::dot_scalar(groups[0], x));
+                        put(r, &dots, 1);
+                    }
+                    g += 1;
+                }
             }
         }
     })

@@ -154,11 +154,12 @@ impl Kind for Q6K {
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn dot_x86<L: super::x86::Level, const PAIRED: bool, const R: usize>(
-        group: &[u8],
+    unsafe fn dot_x86<V: super::x86::Lanes, const PAIRED: bool, const R: usize>(
+        groups: super::x86::Blocks,
+        nb: usize,
         xs: &[&ActRow; R],
-    ) -> [[f32; ROWS]; R] {
+    ) -> [[f32; 16]; R] {
         // SAFETY: forwarded.
-        unsafe { super::x86::kquant::q6k_dot::<L, PAIRED, R>(group, xs) }
+        unsafe { super::x86::kquant::q6k_dot::<V, PAIRED, R>(groups, nb, xs) }
     }
 }

@@ -49,51 +49,99 @@ fn close(got: &[f32], want: &[f32], what: &str) {
     }
 }
 
-/// The group kernel of `dtype` at level `isa` (the scalar one for `Isa::Scalar`) on every
-/// group of `packed`; `None` where this CPU has no such kernel.
-fn by_groups(dtype: GgmlType, isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> Option<Vec<f32>> {
-    fn as_kind<K: Kind>(isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> Option<Vec<f32>> {
-        let vector = match isa {
+/// The group kernels of `dtype` at level `isa` (the scalar one for `Isa::Scalar`) on every
+/// group of `packed`, one at a time and, where the level has them, two at a time (`None` where
+/// this CPU has no such kernels): each form's outputs.
+fn by_groups(
+    dtype: GgmlType,
+    isa: Isa,
+    packed: &[u8],
+    x: &ActRow,
+    k: usize,
+) -> Option<Vec<Vec<f32>>> {
+    fn as_kind<K: Kind>(isa: Isa, packed: &[u8], x: &ActRow, k: usize) -> Option<Vec<Vec<f32>>> {
+        let groups: Vec<&[u8]> = packed
+            .chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK)
+            .collect();
+        let Some(kernels) = (match isa {
             Isa::Scalar => None,
-            isa => Some(vector_dot::<K, 1>(isa)?),
+            isa => Some(vector_kernels::<K, 1>(isa)?),
+        }) else {
+            return Some(vec![groups
+                .iter()
+                .flat_map(|g| K::dot_scalar(g, x))
+                .collect()]);
         };
-        let dot = |group: &[u8]| match vector {
-            Some(dot) => dot(group, &[x])[0],
-            None => K::dot_scalar(group, x),
-        };
-        Some(
-            packed
-                .chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK)
-                .flat_map(dot)
-                .collect(),
-        )
+        let one = |g: &[u8]| (kernels.one)(&[g], &[x])[0][..ROWS].to_vec();
+        let mut forms = vec![groups.iter().flat_map(|g| one(g)).collect()];
+        if let Some(two) = kernels.two {
+            forms.push(by_pairs(&groups, |pair| two(pair, &[x])[0], one));
+        }
+        Some(forms)
     }
     with_kind!(dtype, K => as_kind::<K>(isa, packed, x, k))
 }
 
-/// The 4-row kernel of `dtype` at level `isa` on every group, where there is one: each row's
-/// outputs.
+/// Every group's 8 outputs from `two` on consecutive pairs, and `one` on an odd last group.
+fn by_pairs(
+    groups: &[&[u8]],
+    two: impl Fn(&[&[u8]]) -> [f32; 16],
+    one: impl Fn(&[u8]) -> Vec<f32>,
+) -> Vec<f32> {
+    let mut out = Vec::new();
+    for pair in groups.chunks(2) {
+        match pair {
+            [_, _] => out.extend_from_slice(&two(pair)),
+            _ => out.extend(one(pair[0])),
+        }
+    }
+    out
+}
+
+/// Four rows' outputs for one or two groups.
+type Dots4<'a> = dyn Fn(&[&[u8]]) -> [[f32; 16]; 4] + 'a;
+
+/// The 4-row kernels of `dtype` at level `isa` on every group, one and two at a time where
+/// there are such kernels: each form's outputs for each row.
 fn by_groups4(
     dtype: GgmlType,
     isa: Isa,
     packed: &[u8],
     xs: &[&ActRow; 4],
     k: usize,
-) -> Option<[Vec<f32>; 4]> {
+) -> Option<Vec<[Vec<f32>; 4]>> {
     fn as_kind<K: Kind>(
         isa: Isa,
         packed: &[u8],
         xs: &[&ActRow; 4],
         k: usize,
-    ) -> Option<[Vec<f32>; 4]> {
-        let dot4 = vector_dot::<K, 4>(isa)?;
-        let mut out: [Vec<f32>; 4] = Default::default();
-        for group in packed.chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK) {
-            for (o, dots) in out.iter_mut().zip(dot4(group, xs)) {
-                o.extend_from_slice(&dots);
+    ) -> Option<Vec<[Vec<f32>; 4]>> {
+        let kernels = vector_kernels::<K, 4>(isa)?;
+        let groups: Vec<&[u8]> = packed
+            .chunks_exact(k / K::WEIGHTS * K::GROUP_BLOCK)
+            .collect();
+        let row = |dots: &Dots4, r: usize| {
+            by_pairs(
+                &groups,
+                |pair| dots(pair)[r],
+                |g| (kernels.one)(&[g], xs)[r][..ROWS].to_vec(),
+            )
+        };
+        let one = |pair: &[&[u8]]| {
+            let mut out = [[0f32; 16]; 4];
+            for (half, g) in pair.iter().enumerate() {
+                for (o, dots) in out.iter_mut().zip((kernels.one)(&[*g], xs)) {
+                    o[ROWS * half..ROWS * (half + 1)].copy_from_slice(&dots[..ROWS]);
+                }
             }
+            out
+        };
+        let mut forms = vec![std::array::from_fn(|r| row(&one, r))];
+        if let Some(two) = kernels.two {
+            let two = |pair: &[&[u8]]| two(pair, xs);
+            forms.push(std::array::from_fn(|r| row(&two, r)));
         }
-        Some(out)
+        Some(forms)
     }
     with_kind!(dtype, K => as_kind::<K>(isa, packed, xs, k))
 }
@@ -130,10 +178,13 @@ fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize))
         for isa in Isa::available() {
             for r in 0..m {
                 let row = ActRow::new(&planes, r);
-                let Some(got) = by_groups(dtype, isa, &packed, &row, k) else {
+                let Some(forms) = by_groups(dtype, isa, &packed, &row, k) else {
                     continue;
                 };
-                close(&got, &want[r * n..(r + 1) * n], &format!("{isa} {what}"));
+                for (f, got) in forms.iter().enumerate() {
+                    let what = format!("{isa} {} at a time, {what}", f + 1);
+                    close(got, &want[r * n..(r + 1) * n], &what);
+                }
                 levels += usize::from(r == 0);
             }
         }
@@ -142,15 +193,14 @@ fn check(dtype: GgmlType, x: &[f32], w: &[u8], (m, k, n): (usize, usize, usize))
             let rows: Vec<ActRow> = (0..4).map(|r| ActRow::new(&planes, r)).collect();
             let xs = [&rows[0], &rows[1], &rows[2], &rows[3]];
             for isa in Isa::available() {
-                let Some(got) = by_groups4(dtype, isa, &packed, &xs, k) else {
+                let Some(forms) = by_groups4(dtype, isa, &packed, &xs, k) else {
                     continue;
                 };
-                for (r, got) in got.iter().enumerate() {
-                    close(
-                        got,
-                        &want[r * n..(r + 1) * n],
-                        &format!("{isa} four rows {what}"),
-                    );
+                for (f, got) in forms.iter().enumerate() {
+                    for (r, got) in got.iter().enumerate() {
+                        let what = format!("{isa} four rows, {} at a time, {what}", f + 1);
+                        close(got, &want[r * n..(r + 1) * n], &what);
+                    }
                 }
             }
         }
@@ -194,7 +244,7 @@ fn interleaved_kernels_match_the_row_major_ones() {
 /// step): the i16 sums and the i32 block sums at their largest stay exact.
 #[test]
 fn the_largest_sums_stay_exact() {
-    let (k, n) = (512, 8);
+    let (k, n) = (512, 16);
     for dtype in TYPES {
         let group = block_weights(dtype);
         let patterns: Vec<Vec<f32>> = [1.0f32, -1.0]

@@ -8,22 +8,21 @@
 //! 2 · 128 · 127 per i16 lane, so each product pair goes to i32 at once); VNNI levels flip the
 //! codes' top bit (code + 128, unsigned) and take 128 times the activations' sums off after.
 
-use std::arch::x86_64::*;
-
 use super::super::blocks32::{self, Q45, Q8_0};
-use super::super::{ActRow, Kind, ROWS};
-use super::{four, planes, Level};
+use super::super::{ActRow, Kind};
+use super::lanes::{Blocks, Lanes};
+use super::{block, planes, stored};
 
 /// `256 · value + residual`, or the value alone.
 ///
 /// # Safety
-/// AVX2.
+/// `V`'s features.
 #[inline(always)]
-unsafe fn paired<const PAIRED: bool>(value: __m256i, residual: __m256i) -> __m256i {
-    // SAFETY: register-only intrinsics.
+unsafe fn paired<V: Lanes, const PAIRED: bool>(value: V::I, residual: V::I) -> V::I {
+    // SAFETY: register-only operations.
     unsafe {
         if PAIRED {
-            _mm256_add_epi32(_mm256_slli_epi32(value, 8), residual)
+            V::add32(V::slli32::<8>(value), residual)
         } else {
             value
         }
@@ -34,22 +33,22 @@ unsafe fn paired<const PAIRED: bool>(value: __m256i, residual: __m256i) -> __m25
 /// lands there for shifts up to 4 either way).
 ///
 /// # Safety
-/// AVX2.
+/// `V`'s features.
 #[inline(always)]
-unsafe fn bit_at_4(h: __m256i, b: usize) -> __m256i {
-    // SAFETY: register-only intrinsics.
+unsafe fn bit_at_4<V: Lanes>(h: V::I, b: usize) -> V::I {
+    // SAFETY: register-only operations.
     unsafe {
         let moved = match b {
-            0 => _mm256_slli_epi16(h, 4),
-            1 => _mm256_slli_epi16(h, 3),
-            2 => _mm256_slli_epi16(h, 2),
-            3 => _mm256_slli_epi16(h, 1),
+            0 => V::slli16::<4>(h),
+            1 => V::slli16::<3>(h),
+            2 => V::slli16::<2>(h),
+            3 => V::slli16::<1>(h),
             4 => h,
-            5 => _mm256_srli_epi16(h, 1),
-            6 => _mm256_srli_epi16(h, 2),
-            _ => _mm256_srli_epi16(h, 3),
+            5 => V::srli16::<1>(h),
+            6 => V::srli16::<2>(h),
+            _ => V::srli16::<3>(h),
         };
-        _mm256_and_si256(moved, _mm256_set1_epi8(0x10))
+        V::and(moved, V::splat8(0x10))
     }
 }
 
@@ -59,38 +58,37 @@ unsafe fn bit_at_4(h: __m256i, b: usize) -> __m256i {
 /// 5-bit ones.
 ///
 /// # Safety
-/// AVX2 and `L`'s features; `codes..codes + 32` is inside the row.
+/// `V`'s features; `codes..codes + 32` is inside the row.
 #[inline(always)]
-pub(super) unsafe fn nibbles32<L: Level, const FIFTH: bool>(
-    w: &[(__m256i, __m256i); 4],
+pub(super) unsafe fn nibbles32<V: Lanes, const FIFTH: bool>(
+    w: &[(V::I, V::I); 4],
     codes: *const i8,
-) -> __m256i {
+) -> V::I {
     // SAFETY: the caller's contract.
     unsafe {
-        if L::VNNI {
-            let mut acc = _mm256_setzero_si256();
+        if V::VNNI {
+            let mut acc = V::zero();
             for (c, (lo, hi)) in w.iter().enumerate() {
-                acc = L::dot4_add(acc, *lo, four(codes.add(8 * c)));
-                acc = L::dot4_add(acc, *hi, four(codes.add(8 * c + 4)));
+                acc = V::dot4_add(acc, *lo, V::four(codes.add(8 * c)));
+                acc = V::dot4_add(acc, *hi, V::four(codes.add(8 * c + 4)));
             }
             acc
         } else {
-            let ones = _mm256_set1_epi16(1);
-            let mut acc = _mm256_setzero_si256();
-            let mut acc16 = _mm256_setzero_si256();
+            let ones = V::splat16(1);
+            let mut acc = V::zero();
+            let mut acc16 = V::zero();
             for (c, (lo, hi)) in w.iter().enumerate() {
-                acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(*lo, four(codes.add(8 * c))));
-                let p = _mm256_maddubs_epi16(*hi, four(codes.add(8 * c + 4)));
-                acc16 = _mm256_add_epi16(acc16, p);
+                acc16 = V::add16(acc16, V::maddubs(*lo, V::four(codes.add(8 * c))));
+                acc16 = V::add16(acc16, V::maddubs(*hi, V::four(codes.add(8 * c + 4))));
                 if FIFTH && c % 2 == 1 {
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, ones));
-                    acc16 = _mm256_setzero_si256();
+                    acc = V::add32(acc, V::madd16(acc16, ones));
+                    acc16 = V::zero();
                 }
             }
             if FIFTH {
                 acc
             } else {
-                _mm256_madd_epi16(acc16, ones)
+                V::madd16(acc16, ones)
             }
         }
     }
@@ -100,95 +98,89 @@ pub(super) unsafe fn nibbles32<L: Level, const FIFTH: bool>(
 /// weight) with `R` activation rows, each block's codes decoded once for all of them.
 ///
 /// # Safety
-/// AVX2, FMA, F16C and `L`'s features; `guarded`'s checks passed for `group` and every row,
-/// and every row has a residual plane exactly when `PAIRED`.
+/// `V`'s level's features; `guarded`'s checks passed for the groups and every row, and every
+/// row has a residual plane exactly when `PAIRED`.
 #[inline(always)]
 pub(in crate::qdot::interleaved) unsafe fn q45_dot<
-    L: Level,
+    V: Lanes,
     const PAIRED: bool,
     const R: usize,
     const MIN: bool,
     const FIFTH: bool,
 >(
-    group: &[u8],
+    groups: Blocks,
+    nb: usize,
     xs: &[&ActRow; R],
-) -> [[f32; ROWS]; R] {
+) -> [[f32; 16]; R] {
     type K<const MIN: bool, const FIFTH: bool> = Q45<MIN, FIFTH>;
-    // SAFETY: loads inside the group-block `gb` and block `b` of every activation row
-    // (`guarded`); the caller has the features.
+    // SAFETY: loads inside group-block `b` of each group and block `b` of every activation
+    // row (`guarded`); the caller has the features.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0f);
+        let m4 = V::splat8(0x0f);
         let (value, residual) = planes(xs);
-        let mut acc = [_mm256_setzero_ps(); R];
-        for (b, gb) in group.chunks_exact(K::<MIN, FIFTH>::GROUP_BLOCK).enumerate() {
-            let p = gb.as_ptr();
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(blocks32::D).cast()));
+        let mut acc = [V::zero_f(); R];
+        for b in 0..nb {
+            let p = block(groups, b, K::<MIN, FIFTH>::GROUP_BLOCK);
+            let d = V::halves(p, blocks32::D);
             let high = if FIFTH {
-                _mm256_loadu_si256(p.add(K::<MIN, FIFTH>::QH).cast())
+                V::load(p, K::<MIN, FIFTH>::QH)
             } else {
-                _mm256_setzero_si256()
+                V::zero()
             };
-            let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+            let mut w = [(V::zero(), V::zero()); 4];
             for (c, w) in w.iter_mut().enumerate() {
-                let q = _mm256_loadu_si256(p.add(K::<MIN, FIFTH>::QS + 32 * c).cast());
-                *w = (
-                    _mm256_and_si256(q, m4),
-                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                );
+                let q = V::load(p, K::<MIN, FIFTH>::QS + 32 * c);
+                *w = (V::and(q, m4), V::and(V::srli16::<4>(q), m4));
                 if FIFTH {
-                    w.0 = _mm256_or_si256(w.0, bit_at_4(high, 2 * c));
-                    w.1 = _mm256_or_si256(w.1, bit_at_4(high, 2 * c + 1));
+                    w.0 = V::or(w.0, bit_at_4::<V>(high, 2 * c));
+                    w.1 = V::or(w.1, bit_at_4::<V>(high, 2 * c + 1));
                 }
             }
             for r in 0..R {
                 let x = xs[r];
                 let at = 32 * b;
-                let v = nibbles32::<L, FIFTH>(&w, value[r].add(at));
+                let v = nibbles32::<V, FIFTH>(&w, value[r].add(at));
                 let res = if PAIRED {
-                    nibbles32::<L, FIFTH>(&w, residual[r].add(at))
+                    nibbles32::<V, FIFTH>(&w, residual[r].add(at))
                 } else {
                     v
                 };
-                let mut dot = paired::<PAIRED>(v, res);
+                let mut dot = paired::<V, PAIRED>(v, res);
                 let sums = *x.sums32.get_unchecked(b);
                 let step = *x.steps.get_unchecked(b);
                 if !MIN {
                     let centre = K::<MIN, FIFTH>::CENTRE;
-                    dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(centre * sums));
+                    dot = V::sub32(dot, V::splat(centre * sums));
                 }
-                let scale = _mm256_mul_ps(d, _mm256_set1_ps(step));
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r]);
+                let scale = V::mul(d, V::splat_f(step));
+                acc[r] = V::fmadd(V::cvt(dot), scale, acc[r]);
                 if MIN {
-                    let m = _mm256_cvtph_ps(_mm_loadu_si128(p.add(blocks32::M).cast()));
-                    acc[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(sums as f32 * step), acc[r]);
+                    let m = V::halves(p, blocks32::M);
+                    acc[r] = V::fmadd(m, V::splat_f(sums as f32 * step), acc[r]);
                 }
             }
         }
-        let mut out = [[0f32; ROWS]; R];
-        for r in 0..R {
-            _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
-        }
-        out
+        stored::<V, R>(acc)
     }
 }
 
-/// One plane's dot with Q8_0's 32 weights of each row: `w` the chunks (as stored on AVX2,
-/// top bit flipped on VNNI levels), `mag` their magnitudes (AVX2).
+/// One plane's dot with Q8_0's 32 weights of each row: `w` the chunks (as stored without
+/// VNNI, top bit flipped with it), `mag` their magnitudes (without VNNI).
 ///
 /// # Safety
-/// AVX2 and `L`'s features; `codes..codes + 32` is inside the row.
+/// `V`'s features; `codes..codes + 32` is inside the row.
 #[inline(always)]
-unsafe fn q8_plane<L: Level>(w: &[__m256i; 8], mag: &[__m256i; 8], codes: *const i8) -> __m256i {
+unsafe fn q8_plane<V: Lanes>(w: &[V::I; 8], mag: &[V::I; 8], codes: *const i8) -> V::I {
     // SAFETY: the caller's contract.
     unsafe {
-        let mut acc = _mm256_setzero_si256();
+        let mut acc = V::zero();
         for c in 0..8 {
-            let x = four(codes.add(4 * c));
-            acc = if L::VNNI {
-                L::dot4_add(acc, w[c], x)
+            let x = V::four(codes.add(4 * c));
+            acc = if V::VNNI {
+                V::dot4_add(acc, w[c], x)
             } else {
-                let p = _mm256_maddubs_epi16(mag[c], _mm256_sign_epi8(x, w[c]));
-                _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+                let p = V::maddubs(mag[c], V::sign8(x, w[c]));
+                V::add32(acc, V::madd16(p, V::splat16(1)))
             };
         }
         acc
@@ -201,56 +193,53 @@ unsafe fn q8_plane<L: Level>(w: &[__m256i; 8], mag: &[__m256i; 8], codes: *const
 /// As `q45_dot`'s.
 #[inline(always)]
 pub(in crate::qdot::interleaved) unsafe fn q8_0_dot<
-    L: Level,
+    V: Lanes,
     const PAIRED: bool,
     const R: usize,
 >(
-    group: &[u8],
+    groups: Blocks,
+    nb: usize,
     xs: &[&ActRow; R],
-) -> [[f32; ROWS]; R] {
+) -> [[f32; 16]; R] {
     // SAFETY: as in `q45_dot`.
     unsafe {
-        let top = _mm256_set1_epi8(-128);
+        let top = V::splat8(-128);
         let (value, residual) = planes(xs);
-        let mut acc = [_mm256_setzero_ps(); R];
-        for (b, gb) in group.chunks_exact(Q8_0::GROUP_BLOCK).enumerate() {
-            let p = gb.as_ptr();
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(blocks32::D).cast()));
-            let mut w = [_mm256_setzero_si256(); 8];
-            let mut mag = [_mm256_setzero_si256(); 8];
+        let mut acc = [V::zero_f(); R];
+        for b in 0..nb {
+            let p = block(groups, b, Q8_0::GROUP_BLOCK);
+            let d = V::halves(p, blocks32::D);
+            let mut w = [V::zero(); 8];
+            let mut mag = [V::zero(); 8];
             for c in 0..8 {
-                let q = _mm256_loadu_si256(p.add(Q8_0::QS + 32 * c).cast());
-                if L::VNNI {
-                    w[c] = _mm256_xor_si256(q, top);
+                let q = V::load(p, Q8_0::QS + 32 * c);
+                if V::VNNI {
+                    w[c] = V::xor(q, top);
                 } else {
                     w[c] = q;
-                    mag[c] = _mm256_abs_epi8(q);
+                    mag[c] = V::abs8(q);
                 }
             }
             for r in 0..R {
                 let x = xs[r];
                 let at = 32 * b;
-                let v = q8_plane::<L>(&w, &mag, value[r].add(at));
+                let v = q8_plane::<V>(&w, &mag, value[r].add(at));
                 let res = if PAIRED {
-                    q8_plane::<L>(&w, &mag, residual[r].add(at))
+                    q8_plane::<V>(&w, &mag, residual[r].add(at))
                 } else {
                     v
                 };
-                let mut dot = paired::<PAIRED>(v, res);
-                if L::VNNI {
+                let mut dot = paired::<V, PAIRED>(v, res);
+                if V::VNNI {
                     // Each plane's codes met code + 128: 128 times their sums (both planes'
                     // combined as the dots are) come off.
                     let sums = *x.sums32.get_unchecked(b);
-                    dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(128 * sums));
+                    dot = V::sub32(dot, V::splat(128 * sums));
                 }
-                let step = _mm256_set1_ps(*x.steps.get_unchecked(b));
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, step), acc[r]);
+                let step = V::splat_f(*x.steps.get_unchecked(b));
+                acc[r] = V::fmadd(V::cvt(dot), V::mul(d, step), acc[r]);
             }
         }
-        let mut out = [[0f32; ROWS]; R];
-        for r in 0..R {
-            _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
-        }
-        out
+        stored::<V, R>(acc)
     }
 }

@@ -7,199 +7,184 @@
 //! that way (`ActRow::sums32`: at most 257 · 32 · 127 · 63 · 8), Q6_K's centre of 32 each
 //! plane's per-16 sums.
 
-use std::arch::x86_64::*;
-
 use super::super::q4k::{self, qs_at};
 use super::super::q6k::{self, qh_at, ql_at};
-use super::super::{ActRow, Kind, ROWS};
+use super::super::{ActRow, Kind};
 use super::blocks32::nibbles32;
-use super::{combine, eight, four, planes, Level};
+use super::lanes::{Blocks, Lanes};
+use super::{block, combine, planes, stored};
 
-/// The dots of the group with `R` activation rows, each group of weights decoded once for
+/// The dots of the groups with `R` activation rows, each group of weights decoded once for
 /// all of them (prefill: 4 rows).
 ///
 /// # Safety
-/// AVX2, FMA, F16C and `L`'s features; `guarded`'s checks passed for `group` and every row,
-/// and every row has a residual plane exactly when `PAIRED`.
+/// `V`'s level's features; `guarded`'s checks passed for the groups and every row, and every
+/// row has a residual plane exactly when `PAIRED`.
 #[inline(always)]
-pub(in crate::qdot::interleaved) unsafe fn q4k_dot<L: Level, const PAIRED: bool, const R: usize>(
-    group: &[u8],
+pub(in crate::qdot::interleaved) unsafe fn q4k_dot<V: Lanes, const PAIRED: bool, const R: usize>(
+    groups: Blocks,
+    nb: usize,
     xs: &[&ActRow; R],
-) -> [[f32; ROWS]; R] {
-    // SAFETY: loads inside the group-block `gb` and block `b` of every activation row
-    // (`guarded`); the caller has the features.
+) -> [[f32; 16]; R] {
+    // SAFETY: loads inside group-block `b` of each group and block `b` of every activation
+    // row (`guarded`); the caller has the features.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0f);
+        let m4 = V::splat8(0x0f);
         let (value, residual) = planes(xs);
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut min_acc = [_mm256_setzero_ps(); R];
-        for (b, gb) in group.chunks_exact(q4k::Q4K::GROUP_BLOCK).enumerate() {
-            let p = gb.as_ptr();
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q4k::D).cast()));
-            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q4k::DMIN).cast()));
-            let mut sums_v = [_mm256_setzero_si256(); R];
-            let mut sums_r = [_mm256_setzero_si256(); R];
-            let mut mins = [_mm256_setzero_si256(); R];
+        let mut acc = [V::zero_f(); R];
+        let mut min_acc = [V::zero_f(); R];
+        for b in 0..nb {
+            let p = block(groups, b, q4k::Q4K::GROUP_BLOCK);
+            let d = V::halves(p, q4k::D);
+            let dmin = V::halves(p, q4k::DMIN);
+            let mut sums_v = [V::zero(); R];
+            let mut sums_r = [V::zero(); R];
+            let mut mins = [V::zero(); R];
             for s in 0..8 {
-                let scale = eight::<false>(p.add(q4k::SCALES + 8 * s));
-                let min = eight::<false>(p.add(q4k::MINS + 8 * s));
-                let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+                let scale = V::eight::<false>(p, q4k::SCALES + 8 * s);
+                let min = V::eight::<false>(p, q4k::MINS + 8 * s);
+                let mut w = [(V::zero(), V::zero()); 4];
                 for (c, w) in w.iter_mut().enumerate() {
-                    let q = _mm256_loadu_si256(p.add(qs_at(s, c, 0, 0)).cast());
-                    *w = (
-                        _mm256_and_si256(q, m4),
-                        _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                    );
+                    let q = V::load(p, qs_at(s, c, 0, 0));
+                    *w = (V::and(q, m4), V::and(V::srli16::<4>(q), m4));
                 }
                 let at = 256 * b + 32 * s;
                 for r in 0..R {
-                    let sums = _mm256_set1_epi32(*xs[r].sums32.get_unchecked(8 * b + s));
-                    mins[r] = _mm256_add_epi32(mins[r], _mm256_mullo_epi32(min, sums));
-                    let v = nibbles32::<L, false>(&w, value[r].add(at));
-                    sums_v[r] = _mm256_add_epi32(sums_v[r], _mm256_mullo_epi32(v, scale));
+                    let sums = V::splat(*xs[r].sums32.get_unchecked(8 * b + s));
+                    mins[r] = V::add32(mins[r], V::mullo32(min, sums));
+                    let v = nibbles32::<V, false>(&w, value[r].add(at));
+                    sums_v[r] = V::add32(sums_v[r], V::mullo32(v, scale));
                     if PAIRED {
-                        let res = nibbles32::<L, false>(&w, residual[r].add(at));
-                        sums_r[r] = _mm256_add_epi32(sums_r[r], _mm256_mullo_epi32(res, scale));
+                        let res = nibbles32::<V, false>(&w, residual[r].add(at));
+                        sums_r[r] = V::add32(sums_r[r], V::mullo32(res, scale));
                     }
                 }
             }
             for r in 0..R {
-                let step = _mm256_set1_ps(*xs[r].steps.get_unchecked(b));
-                let sums = combine::<PAIRED>(sums_v[r], sums_r[r]);
-                acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, step), acc[r]);
-                let mins = _mm256_cvtepi32_ps(mins[r]);
-                min_acc[r] = _mm256_fmadd_ps(mins, _mm256_mul_ps(dmin, step), min_acc[r]);
+                let step = V::splat_f(*xs[r].steps.get_unchecked(b));
+                let sums = combine::<V, PAIRED>(sums_v[r], sums_r[r]);
+                acc[r] = V::fmadd(sums, V::mul(d, step), acc[r]);
+                let mins = V::cvt(mins[r]);
+                min_acc[r] = V::fmadd(mins, V::mul(dmin, step), min_acc[r]);
             }
         }
-        let mut out = [[0f32; ROWS]; R];
         for r in 0..R {
-            _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], min_acc[r]));
+            acc[r] = V::sub_f(acc[r], min_acc[r]);
         }
-        out
+        stored::<V, R>(acc)
     }
 }
 
 /// One row's dots with Q6_K's 16 weights `w` (weights i, 4 + i, 8 + i, 12 + i of each row)
-/// at `codes`, times each row's signed `scale` (`pair`: the scale in both i16 halves of its
-/// lane).
+/// at `codes` less 32 times their sum `centre` (the codes' centre), times each row's signed
+/// `scale` (`pair`: the scale in both i16 halves of its lane, for `maddubs`, whose caller
+/// takes the centre off itself).
 ///
 /// # Safety
-/// AVX2 and `L`'s features; `codes..codes + 16` is inside the row.
+/// `V`'s level's features; `codes..codes + 16` is inside the row.
 #[inline(always)]
-unsafe fn q6k_sixteen<L: Level>(
-    w: &[__m256i; 4],
-    scale: __m256i,
-    pair: __m256i,
+unsafe fn q6k_sixteen<V: Lanes>(
+    w: &[V::I; 4],
+    scale: V::I,
+    pair: V::I,
     codes: *const i8,
-) -> __m256i {
+    centre: i32,
+) -> V::I {
     // SAFETY: the caller's contract.
     unsafe {
-        if L::VNNI {
-            let mut acc = _mm256_setzero_si256();
+        if V::VNNI {
+            let mut acc = V::zero();
             for (t, w) in w.iter().enumerate() {
-                acc = L::dot4_add(acc, *w, four(codes.add(4 * t)));
+                acc = V::dot4_add(acc, *w, V::four(codes.add(4 * t)));
             }
-            _mm256_mullo_epi32(acc, scale)
+            V::mullo32(V::sub32(acc, V::splat(32 * centre)), scale)
         } else {
-            let a = _mm256_add_epi16(
-                _mm256_maddubs_epi16(w[0], four(codes)),
-                _mm256_maddubs_epi16(w[1], four(codes.add(4))),
+            let a = V::add16(
+                V::maddubs(w[0], V::four(codes)),
+                V::maddubs(w[1], V::four(codes.add(4))),
             );
-            let c = _mm256_add_epi16(
-                _mm256_maddubs_epi16(w[2], four(codes.add(8))),
-                _mm256_maddubs_epi16(w[3], four(codes.add(12))),
+            let c = V::add16(
+                V::maddubs(w[2], V::four(codes.add(8))),
+                V::maddubs(w[3], V::four(codes.add(12))),
             );
-            _mm256_add_epi32(_mm256_madd_epi16(a, pair), _mm256_madd_epi16(c, pair))
+            V::add32(V::madd16(a, pair), V::madd16(c, pair))
         }
     }
 }
 
-/// Q6_K's dots with each of `R` activation rows in turn (the group stays in cache).
+/// Q6_K's dots with `R` activation rows, each sixteen's codes decoded once for all of them.
+/// With VNNI each sixteen's sums lose 32 times the codes' sums before the scale (at most
+/// 16 · 32 · 127 · 128 per sixteen); `maddubs` applies the scale itself, so there the centre
+/// is taken off per block (`32 · Σ scale · Σ codes`).
 ///
 /// # Safety
-/// As `q6k_row`'s, for every row.
+/// `V`'s level's features; `guarded`'s checks passed for the groups and every row, and every
+/// row has a residual plane exactly when `PAIRED`.
 #[inline(always)]
-pub(in crate::qdot::interleaved) unsafe fn q6k_dot<L: Level, const PAIRED: bool, const R: usize>(
-    group: &[u8],
+pub(in crate::qdot::interleaved) unsafe fn q6k_dot<V: Lanes, const PAIRED: bool, const R: usize>(
+    groups: Blocks,
+    nb: usize,
     xs: &[&ActRow; R],
-) -> [[f32; ROWS]; R] {
-    let mut out = [[0f32; ROWS]; R];
-    for r in 0..R {
-        // SAFETY: the caller's contract.
-        out[r] = unsafe { q6k_row::<L, PAIRED>(group, xs[r]) };
-    }
-    out
-}
-
-/// # Safety
-/// AVX2, FMA, F16C and `L`'s features; `guarded`'s checks passed for `group` and `x`, which
-/// has a residual plane exactly when `PAIRED`.
-#[inline(always)]
-unsafe fn q6k_row<L: Level, const PAIRED: bool>(group: &[u8], x: &ActRow) -> [f32; ROWS] {
+) -> [[f32; 16]; R] {
     // SAFETY: as in `q4k_dot`.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0f);
-        let m30 = _mm256_set1_epi8(0x30);
-        let low16 = _mm256_set1_epi32(0xffff);
-        let value = x.value.as_ptr();
-        let residual = x.residual.unwrap_or(x.value).as_ptr();
-        let residual_sums = x.residual_sums.unwrap_or(x.value_sums);
-        let mut acc = _mm256_setzero_ps();
-        for (b, gb) in group.chunks_exact(q6k::Q6K::GROUP_BLOCK).enumerate() {
-            let p = gb.as_ptr();
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(q6k::D).cast()));
-            let mut sums_v = _mm256_setzero_si256();
-            let mut sums_r = _mm256_setzero_si256();
-            let mut centre_v = _mm256_setzero_si256();
-            let mut centre_r = _mm256_setzero_si256();
+        let m4 = V::splat8(0x0f);
+        let m30 = V::splat8(0x30);
+        let low16 = V::splat(0xffff);
+        let (value, residual) = planes(xs);
+        let mut acc = [V::zero_f(); R];
+        for b in 0..nb {
+            let p = block(groups, b, q6k::Q6K::GROUP_BLOCK);
+            let d = V::halves(p, q6k::D);
+            let mut sums_v = [V::zero(); R];
+            let mut sums_r = [V::zero(); R];
             for g in 0..16 {
-                let scale = eight::<true>(p.add(q6k::SCALES + 8 * g));
-                let pair =
-                    _mm256_or_si256(_mm256_and_si256(scale, low16), _mm256_slli_epi32(scale, 16));
-                let sixteen = 16 * b + g;
-                let sum_v = *x.value_sums.get_unchecked(sixteen) as i32;
-                centre_v = _mm256_add_epi32(
-                    centre_v,
-                    _mm256_mullo_epi32(scale, _mm256_set1_epi32(sum_v)),
-                );
-                let ql0 = _mm256_loadu_si256(p.add(ql_at(g, 0, 0, 0)).cast());
-                let ql1 = _mm256_loadu_si256(p.add(ql_at(g, 1, 0, 0)).cast());
-                let qh = _mm256_loadu_si256(p.add(qh_at(g, 0, 0)).cast());
+                let scale = V::eight::<true>(p, q6k::SCALES + 8 * g);
+                let pair = V::or(V::and(scale, low16), V::slli32::<16>(scale));
+                let ql0 = V::load(p, ql_at(g, 0, 0, 0));
+                let ql1 = V::load(p, ql_at(g, 1, 0, 0));
+                let qh = V::load(p, qh_at(g, 0, 0));
                 // Weights i, 4 + i, 8 + i, 12 + i of the sixteen: low nibbles with their top
                 // bits moved to bits 4-5 (16-bit shifts: each byte's own bits land there).
                 let w = [
-                    (ql0, _mm256_slli_epi16(qh, 4)),
-                    (_mm256_srli_epi16(ql0, 4), _mm256_slli_epi16(qh, 2)),
+                    (ql0, V::slli16::<4>(qh)),
+                    (V::srli16::<4>(ql0), V::slli16::<2>(qh)),
                     (ql1, qh),
-                    (_mm256_srli_epi16(ql1, 4), _mm256_srli_epi16(qh, 2)),
+                    (V::srli16::<4>(ql1), V::srli16::<2>(qh)),
                 ];
-                let mut codes = [_mm256_setzero_si256(); 4];
-                for (code, (low, top)) in codes.iter_mut().zip(w) {
-                    *code = _mm256_or_si256(_mm256_and_si256(low, m4), _mm256_and_si256(top, m30));
-                }
+                let codes = w.map(|(low, top)| V::or(V::and(low, m4), V::and(top, m30)));
                 let at = 256 * b + 16 * g;
-                sums_v =
-                    _mm256_add_epi32(sums_v, q6k_sixteen::<L>(&codes, scale, pair, value.add(at)));
-                if PAIRED {
-                    sums_r = _mm256_add_epi32(
-                        sums_r,
-                        q6k_sixteen::<L>(&codes, scale, pair, residual.add(at)),
-                    );
-                    let sum_r = *residual_sums.get_unchecked(sixteen) as i32;
-                    centre_r = _mm256_add_epi32(
-                        centre_r,
-                        _mm256_mullo_epi32(scale, _mm256_set1_epi32(sum_r)),
-                    );
+                let sixteen = 16 * b + g;
+                for r in 0..R {
+                    let x = xs[r];
+                    let sum_v = *x.value_sums.get_unchecked(sixteen) as i32;
+                    let dot = q6k_sixteen::<V>(&codes, scale, pair, value[r].add(at), sum_v);
+                    sums_v[r] = V::add32(sums_v[r], dot);
+                    if !V::VNNI {
+                        let centre = V::mullo32(scale, V::splat(32 * sum_v));
+                        sums_v[r] = V::sub32(sums_v[r], centre);
+                    }
+                    if PAIRED {
+                        let sum_r = *x
+                            .residual_sums
+                            .unwrap_or(x.value_sums)
+                            .get_unchecked(sixteen);
+                        let sum_r = sum_r as i32;
+                        let dot = q6k_sixteen::<V>(&codes, scale, pair, residual[r].add(at), sum_r);
+                        sums_r[r] = V::add32(sums_r[r], dot);
+                        if !V::VNNI {
+                            let centre = V::mullo32(scale, V::splat(32 * sum_r));
+                            sums_r[r] = V::sub32(sums_r[r], centre);
+                        }
+                    }
                 }
             }
-            let value = _mm256_sub_epi32(sums_v, _mm256_slli_epi32(centre_v, 5));
-            let residual = _mm256_sub_epi32(sums_r, _mm256_slli_epi32(centre_r, 5));
-            let step = _mm256_set1_ps(*x.steps.get_unchecked(b));
-            let sums = combine::<PAIRED>(value, residual);
-            acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, step), acc);
+            for r in 0..R {
+                let step = V::splat_f(*xs[r].steps.get_unchecked(b));
+                let sums = combine::<V, PAIRED>(sums_v[r], sums_r[r]);
+                acc[r] = V::fmadd(sums, V::mul(d, step), acc[r]);
+            }
         }
-        let mut out = [0f32; ROWS];
-        _mm256_storeu_ps(out.as_mut_ptr(), acc);
-        out
+        stored::<V, R>(acc)
     }
 }
