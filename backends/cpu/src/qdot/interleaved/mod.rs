@@ -267,6 +267,8 @@ pub(crate) struct ActRow<'a> {
     /// Per 32 values: the value codes summed, times 256 plus the residual codes summed where
     /// there is a residual (the sums Q4_K's mins meet).
     sums32: Vec<i32>,
+    /// The same in f32 (exact: at most 257 · 32 · 127), for kernels that meet them in f32.
+    sums32_f: Vec<f32>,
     /// Per group: the step the integer sums are counted in (the residual's, or the value's
     /// with one plane).
     steps: &'a [f32],
@@ -296,6 +298,7 @@ impl<'a> ActRow<'a> {
             residual: residual.map(|r| r.codes),
             value_sums: value.code_sums,
             residual_sums: residual.map(|r| r.code_sums),
+            sums32_f: sums32.iter().map(|&s| s as f32).collect(),
             sums32,
             steps: residual.map_or(value.group_scales, |r| r.group_scales),
         }
@@ -312,6 +315,7 @@ impl<'a> ActRow<'a> {
             && self.residual_sums.is_none_or(|s| s.len() >= values / 16)
             && self.residual.is_some() == self.residual_sums.is_some()
             && self.sums32.len() >= values / 32
+            && self.sums32_f.len() >= values / 32
             && self.steps.len() >= nb
     }
 }

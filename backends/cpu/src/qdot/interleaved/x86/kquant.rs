@@ -1,11 +1,11 @@
 //! Q4_K and Q6_K on x86. AVX2 sums in i16 over Q4_K's 32-weight sub-block (at most 16
 //! products of 15 · 127 per lane: 30,480) and Q6_K's products two by two (codes up to 63:
-//! 32,004), each pair then multiplied-and-added with the rows' signed scales. Value and
-//! residual planes are summed apart (per block at most 8 · 63 · 32 · 15 · 127, and 16 · 128 ·
-//! 16 · 63 · 127: exact in i32) and meet in f32 once per block as `256 · value + residual`, in
-//! the residual's step. Q4_K's mins meet the activations' per-32 code sums already combined
-//! that way (`ActRow::sums32`: at most 257 · 32 · 127 · 63 · 8), Q6_K's centre of 32 each
-//! plane's per-16 sums.
+//! 32,004), each pair then multiplied-and-added with the rows' signed scales. Q4_K's two
+//! planes meet in i32 per sub-block as `256 · value + residual` (at most 257 · 32 · 15 · 127,
+//! below 2^24: exact in f32) and the sub-block's scale applies in f32, as do its mins to the
+//! activations' per-32 sums (`ActRow::sums32_f`); Q6_K sums each plane in i32 over a block
+//! (at most 16 · 16 · 32 · 127 · 128) and the two meet in f32 once per block, in the
+//! residual's step, with its centre of 32 taken off each plane's per-16 sums.
 
 use super::super::q4k::{self, qs_at};
 use super::super::q6k::{self, qh_at, ql_at};
@@ -37,12 +37,11 @@ pub(in crate::qdot::interleaved) unsafe fn q4k_dot<V: Lanes, const PAIRED: bool,
             let p = block(groups, b, q4k::Q4K::GROUP_BLOCK);
             let d = V::halves(p, q4k::D);
             let dmin = V::halves(p, q4k::DMIN);
-            let mut sums_v = [V::zero(); R];
-            let mut sums_r = [V::zero(); R];
-            let mut mins = [V::zero(); R];
+            let mut sums = [V::zero_f(); R];
+            let mut mins = [V::zero_f(); R];
             for s in 0..8 {
-                let scale = V::eight::<false>(p, q4k::SCALES + 8 * s);
-                let min = V::eight::<false>(p, q4k::MINS + 8 * s);
+                let scale = V::cvt(V::eight::<false>(p, q4k::SCALES + 8 * s));
+                let min = V::cvt(V::eight::<false>(p, q4k::MINS + 8 * s));
                 let mut w = [(V::zero(), V::zero()); 4];
                 for (c, w) in w.iter_mut().enumerate() {
                     let q = V::load(p, qs_at(s, c, 0, 0));
@@ -50,22 +49,20 @@ pub(in crate::qdot::interleaved) unsafe fn q4k_dot<V: Lanes, const PAIRED: bool,
                 }
                 let at = 256 * b + 32 * s;
                 for r in 0..R {
-                    let sums = V::splat(*xs[r].sums32.get_unchecked(8 * b + s));
-                    mins[r] = V::add32(mins[r], V::mullo32(min, sums));
-                    let v = nibbles32::<V, false>(&w, value[r].add(at));
-                    sums_v[r] = V::add32(sums_v[r], V::mullo32(v, scale));
+                    let x_sums = V::splat_f(*xs[r].sums32_f.get_unchecked(8 * b + s));
+                    mins[r] = V::fmadd(min, x_sums, mins[r]);
+                    let mut dot = nibbles32::<V, false>(&w, value[r].add(at));
                     if PAIRED {
                         let res = nibbles32::<V, false>(&w, residual[r].add(at));
-                        sums_r[r] = V::add32(sums_r[r], V::mullo32(res, scale));
+                        dot = V::add32(V::slli32::<8>(dot), res);
                     }
+                    sums[r] = V::fmadd(V::cvt(dot), scale, sums[r]);
                 }
             }
             for r in 0..R {
                 let step = V::splat_f(*xs[r].steps.get_unchecked(b));
-                let sums = combine::<V, PAIRED>(sums_v[r], sums_r[r]);
-                acc[r] = V::fmadd(sums, V::mul(d, step), acc[r]);
-                let mins = V::cvt(mins[r]);
-                min_acc[r] = V::fmadd(mins, V::mul(dmin, step), min_acc[r]);
+                acc[r] = V::fmadd(sums[r], V::mul(d, step), acc[r]);
+                min_acc[r] = V::fmadd(mins[r], V::mul(dmin, step), min_acc[r]);
             }
         }
         for r in 0..R {
