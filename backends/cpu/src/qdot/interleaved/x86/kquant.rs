@@ -3,9 +3,10 @@
 //! 32,004), each pair then multiplied-and-added with the rows' signed scales. Q4_K's two
 //! planes meet in i32 per sub-block as `256 · value + residual` (at most 257 · 32 · 15 · 127,
 //! below 2^24: exact in f32) and the sub-block's scale applies in f32, as do its mins to the
-//! activations' per-32 sums (`ActRow::sums32_f`); Q6_K sums each plane in i32 over a block
-//! (at most 16 · 16 · 32 · 127 · 128) and the two meet in f32 once per block, in the
-//! residual's step, with its centre of 32 taken off each plane's per-16 sums.
+//! activations' per-32 sums (`ActRow::sums32_f`); Q6_K likewise per sixteen with VNNI, and
+//! without it sums each plane in i32 over a block (at most 16 · 16 · 32 · 127 · 128), the two
+//! meeting in f32 once per block, in the residual's step; its centre of 32 comes off each
+//! plane's per-16 sums.
 
 use super::super::q4k::{self, qs_at};
 use super::super::q6k::{self, qh_at, ql_at};
@@ -73,46 +74,48 @@ pub(in crate::qdot::interleaved) unsafe fn q4k_dot<V: Lanes, const PAIRED: bool,
 }
 
 /// One row's dots with Q6_K's 16 weights `w` (weights i, 4 + i, 8 + i, 12 + i of each row)
-/// at `codes` less 32 times their sum `centre` (the codes' centre), times each row's signed
-/// `scale` (`pair`: the scale in both i16 halves of its lane, for `maddubs`, whose caller
-/// takes the centre off itself).
+/// at `codes`, unscaled (VNNI levels).
 ///
 /// # Safety
 /// `V`'s level's features; `codes..codes + 16` is inside the row.
 #[inline(always)]
-unsafe fn q6k_sixteen<V: Lanes>(
-    w: &[V::I; 4],
-    scale: V::I,
-    pair: V::I,
-    codes: *const i8,
-    centre: i32,
-) -> V::I {
+unsafe fn q6k_codes<V: Lanes>(w: &[V::I; 4], codes: *const i8) -> V::I {
     // SAFETY: the caller's contract.
     unsafe {
-        if V::VNNI {
-            let mut acc = V::zero();
-            for (t, w) in w.iter().enumerate() {
-                acc = V::dot4_add(acc, *w, V::four(codes.add(4 * t)));
-            }
-            V::mullo32(V::sub32(acc, V::splat(32 * centre)), scale)
-        } else {
-            let a = V::add16(
-                V::maddubs(w[0], V::four(codes)),
-                V::maddubs(w[1], V::four(codes.add(4))),
-            );
-            let c = V::add16(
-                V::maddubs(w[2], V::four(codes.add(8))),
-                V::maddubs(w[3], V::four(codes.add(12))),
-            );
-            V::add32(V::madd16(a, pair), V::madd16(c, pair))
+        let mut acc = V::zero();
+        for (t, w) in w.iter().enumerate() {
+            acc = V::dot4_add(acc, *w, V::four(codes.add(4 * t)));
         }
+        acc
+    }
+}
+
+/// The same times each row's signed scale with `maddubs` (`pair`: the scale in both i16 halves
+/// of its lane), the centre left to the caller (levels without VNNI).
+///
+/// # Safety
+/// As `q6k_codes`'.
+#[inline(always)]
+unsafe fn q6k_scaled<V: Lanes>(w: &[V::I; 4], pair: V::I, codes: *const i8) -> V::I {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let a = V::add16(
+            V::maddubs(w[0], V::four(codes)),
+            V::maddubs(w[1], V::four(codes.add(4))),
+        );
+        let c = V::add16(
+            V::maddubs(w[2], V::four(codes.add(8))),
+            V::maddubs(w[3], V::four(codes.add(12))),
+        );
+        V::add32(V::madd16(a, pair), V::madd16(c, pair))
     }
 }
 
 /// Q6_K's dots with `R` activation rows, each sixteen's codes decoded once for all of them.
-/// With VNNI each sixteen's sums lose 32 times the codes' sums before the scale (at most
-/// 16 · 32 · 127 · 128 per sixteen); `maddubs` applies the scale itself, so there the centre
-/// is taken off per block (`32 · Σ scale · Σ codes`).
+/// VNNI levels combine a sixteen's planes in i32 as `256 · value + residual` less 32 times
+/// the codes' sums combined the same way (at most 257 · 16 · 32 · 127, below 2^24: exact in
+/// f32) and apply the signed scale in f32; `maddubs` applies the scale itself, so there each
+/// plane sums in i32 over the block and the centre comes off per sixteen.
 ///
 /// # Safety
 /// `V`'s level's features; `guarded`'s checks passed for the groups and every row, and every
@@ -133,11 +136,11 @@ pub(in crate::qdot::interleaved) unsafe fn q6k_dot<V: Lanes, const PAIRED: bool,
         for b in 0..nb {
             let p = block(groups, b, q6k::Q6K::GROUP_BLOCK);
             let d = V::halves(p, q6k::D);
+            let mut sums_f = [V::zero_f(); R];
             let mut sums_v = [V::zero(); R];
             let mut sums_r = [V::zero(); R];
             for g in 0..16 {
                 let scale = V::eight::<true>(p, q6k::SCALES + 8 * g);
-                let pair = V::or(V::and(scale, low16), V::slli32::<16>(scale));
                 let ql0 = V::load(p, ql_at(g, 0, 0, 0));
                 let ql1 = V::load(p, ql_at(g, 1, 0, 0));
                 let qh = V::load(p, qh_at(g, 0, 0));
@@ -152,33 +155,46 @@ pub(in crate::qdot::interleaved) unsafe fn q6k_dot<V: Lanes, const PAIRED: bool,
                 let codes = w.map(|(low, top)| V::or(V::and(low, m4), V::and(top, m30)));
                 let at = 256 * b + 16 * g;
                 let sixteen = 16 * b + g;
+                if V::VNNI {
+                    let scale = V::cvt(scale);
+                    for r in 0..R {
+                        let x = xs[r];
+                        let mut dot = q6k_codes::<V>(&codes, value[r].add(at));
+                        let mut sum = *x.value_sums.get_unchecked(sixteen) as i32;
+                        if PAIRED {
+                            let res = q6k_codes::<V>(&codes, residual[r].add(at));
+                            dot = V::add32(V::slli32::<8>(dot), res);
+                            let res_sums = x.residual_sums.unwrap_or(x.value_sums);
+                            sum = 256 * sum + *res_sums.get_unchecked(sixteen) as i32;
+                        }
+                        let centred = V::sub32(dot, V::splat(32 * sum));
+                        sums_f[r] = V::fmadd(V::cvt(centred), scale, sums_f[r]);
+                    }
+                    continue;
+                }
+                let pair = V::or(V::and(scale, low16), V::slli32::<16>(scale));
                 for r in 0..R {
                     let x = xs[r];
                     let sum_v = *x.value_sums.get_unchecked(sixteen) as i32;
-                    let dot = q6k_sixteen::<V>(&codes, scale, pair, value[r].add(at), sum_v);
-                    sums_v[r] = V::add32(sums_v[r], dot);
-                    if !V::VNNI {
-                        let centre = V::mullo32(scale, V::splat(32 * sum_v));
-                        sums_v[r] = V::sub32(sums_v[r], centre);
-                    }
+                    let dot = q6k_scaled::<V>(&codes, pair, value[r].add(at));
+                    let centre = V::mullo32(scale, V::splat(32 * sum_v));
+                    sums_v[r] = V::add32(sums_v[r], V::sub32(dot, centre));
                     if PAIRED {
-                        let sum_r = *x
-                            .residual_sums
-                            .unwrap_or(x.value_sums)
-                            .get_unchecked(sixteen);
-                        let sum_r = sum_r as i32;
-                        let dot = q6k_sixteen::<V>(&codes, scale, pair, residual[r].add(at), sum_r);
-                        sums_r[r] = V::add32(sums_r[r], dot);
-                        if !V::VNNI {
-                            let centre = V::mullo32(scale, V::splat(32 * sum_r));
-                            sums_r[r] = V::sub32(sums_r[r], centre);
-                        }
+                        let res_sums = x.residual_sums.unwrap_or(x.value_sums);
+                        let sum_r = *res_sums.get_unchecked(sixteen) as i32;
+                        let dot = q6k_scaled::<V>(&codes, pair, residual[r].add(at));
+                        let centre = V::mullo32(scale, V::splat(32 * sum_r));
+                        sums_r[r] = V::add32(sums_r[r], V::sub32(dot, centre));
                     }
                 }
             }
             for r in 0..R {
                 let step = V::splat_f(*xs[r].steps.get_unchecked(b));
-                let sums = combine::<V, PAIRED>(sums_v[r], sums_r[r]);
+                let sums = if V::VNNI {
+                    sums_f[r]
+                } else {
+                    combine::<V, PAIRED>(sums_v[r], sums_r[r])
+                };
                 acc[r] = V::fmadd(sums, V::mul(d, step), acc[r]);
             }
         }
