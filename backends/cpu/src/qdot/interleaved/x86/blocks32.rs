@@ -120,7 +120,7 @@ pub(in crate::qdot::interleaved) unsafe fn q45_dot<
         let (value, residual) = planes(xs);
         let mut acc = [V::zero_f(); R];
         for b in 0..nb {
-            let p = block(groups, b, K::<MIN, FIFTH>::GROUP_BLOCK);
+            let p = block(groups, b, K::<MIN, FIFTH>::GROUP_BLOCK, R == 1);
             let d = V::halves(p, blocks32::D);
             let high = if FIFTH {
                 V::load(p, K::<MIN, FIFTH>::QH)
@@ -207,7 +207,7 @@ pub(in crate::qdot::interleaved) unsafe fn q8_0_dot<
         let (value, residual) = planes(xs);
         let mut acc = [V::zero_f(); R];
         for b in 0..nb {
-            let p = block(groups, b, Q8_0::GROUP_BLOCK);
+            let p = block(groups, b, Q8_0::GROUP_BLOCK, R == 1);
             let d = V::halves(p, blocks32::D);
             let mut w = [V::zero(); 8];
             let mut mag = [V::zero(); 8];

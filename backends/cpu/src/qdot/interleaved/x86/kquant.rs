@@ -35,7 +35,7 @@ pub(in crate::qdot::interleaved) unsafe fn q4k_dot<V: Lanes, const PAIRED: bool,
         let mut acc = [V::zero_f(); R];
         let mut min_acc = [V::zero_f(); R];
         for b in 0..nb {
-            let p = block(groups, b, q4k::Q4K::GROUP_BLOCK);
+            let p = block(groups, b, q4k::Q4K::GROUP_BLOCK, R == 1);
             let d = V::halves(p, q4k::D);
             let dmin = V::halves(p, q4k::DMIN);
             let mut sums = [V::zero_f(); R];
@@ -134,7 +134,7 @@ pub(in crate::qdot::interleaved) unsafe fn q6k_dot<V: Lanes, const PAIRED: bool,
         let (value, residual) = planes(xs);
         let mut acc = [V::zero_f(); R];
         for b in 0..nb {
-            let p = block(groups, b, q6k::Q6K::GROUP_BLOCK);
+            let p = block(groups, b, q6k::Q6K::GROUP_BLOCK, R == 1);
             let d = V::halves(p, q6k::D);
             let mut sums_f = [V::zero_f(); R];
             let mut sums_v = [V::zero(); R];
