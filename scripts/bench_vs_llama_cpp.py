@@ -10,7 +10,9 @@ Q4_1 model with llama-quantize, then per model, infer kernel level and round run
                  vs `llama-batched-bench -npp P -ntg G -npl B` (total time; SmolLM2 only)
 and prints a markdown table. Build infer first: cargo build --release -p infer-cli.
 
-`--isa auto,avx2` runs infer at each kernel level (INFER_CPU_ISA; llama.cpp runs its native build).
+`--isa auto,avx2` runs infer at each kernel level (INFER_CPU_ISA), each beside a llama.cpp build of the same class:
+its native build (GGML_NATIVE) beside `auto` and the AVX-512 levels, and an AVX2-only build (AVX2/FMA/F16C, built
+into target/llama.cpp/build-avx2) beside `avx2`, so the AVX2 rows compare what an AVX2-only CPU runs of each.
 `--sizes smollm2,1b,3b` adds Llama-shaped models of the configs/llama-3.2-1b and -3b shapes (with SmolLM2's
 vocabulary) written as F16 GGUF with random weights (numpy and pyyaml, which these need, and llama.cpp's gguf-py) and
 quantized by llama-quantize: speed does not depend on the values. Their rows also give the bytes read per token
@@ -47,9 +49,25 @@ def run(cmd, **kw):
     return out.stdout + out.stderr
 
 
-def build_llama_cpp(work):
-    bin_dir = os.path.join(work, "build", "bin")
-    if all(os.path.exists(os.path.join(bin_dir, t)) for t in TOOLS):
+# CMake flags of llama.cpp's builds: `native` (GGML_NATIVE: every extension of this CPU) and
+# `avx2` (AVX2/FMA/F16C only, what an AVX2-only CPU runs), compared with infer's levels below.
+LLAMA_BUILDS = {
+    "native": ["-DGGML_NATIVE=ON"],
+    "avx2": ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+             "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX_VNNI=OFF"],
+}
+
+
+def llama_build_of(isa):
+    """The llama.cpp build an infer kernel level is compared with: AVX2 with AVX2, else native."""
+    return "avx2" if isa == "avx2" else "native"
+
+
+def build_llama_cpp(work, build="native"):
+    build_dir = os.path.join(work, "build" if build == "native" else f"build-{build}")
+    bin_dir = os.path.join(build_dir, "bin")
+    tools = TOOLS if build == "native" else [t for t in TOOLS if t != "llama-quantize"]
+    if all(os.path.exists(os.path.join(bin_dir, t)) for t in tools):
         return bin_dir
     os.makedirs(work, exist_ok=True)
     src = os.path.join(work, "src")
@@ -62,10 +80,10 @@ def build_llama_cpp(work):
             with tarfile.open(glob.glob(os.path.join(tmp, "llama_cpp_python-*.tar.gz"))[0]) as tar:
                 tar.extractall(tmp, filter="data")
             shutil.move(glob.glob(os.path.join(tmp, "llama_cpp_python-*", "vendor", "llama.cpp"))[0], src)
-    log("llama.cpp: building (the same flags as a user's native build)")
-    run(["cmake", "-S", src, "-B", os.path.join(work, "build"), "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
+    log(f"llama.cpp: building ({build}: {' '.join(LLAMA_BUILDS[build])})")
+    run(["cmake", "-S", src, "-B", build_dir, *LLAMA_BUILDS[build], "-DLLAMA_CURL=OFF",
          "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_RUNTIME_OUTPUT_DIRECTORY=" + bin_dir])
-    run(["cmake", "--build", os.path.join(work, "build"), "-j", str(os.cpu_count() or 2), "--target", *TOOLS])
+    run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2), "--target", *tools])
     return bin_dir
 
 
@@ -230,17 +248,21 @@ def main():
         for k in a.kinds.split(","):
             models[(size, k)] = source if k == own else quantized(bin_dir, a.llama_cpp, source, k)
     levels = a.isa.split(",")
+    llama_bins = {llama_build_of(isa): None for isa in levels}
+    for build in llama_bins:
+        llama_bins[build] = build_llama_cpp(a.llama_cpp, build)
     bandwidth = memory_bandwidth(a.llama_cpp, a.threads) if a.sizes != "smollm2" else None
     results = {}
     for r in range(a.rounds):
         for (size, kind), model in models.items():
             log(f"round {r + 1}/{a.rounds}: {size} {kind}")
-            llama = results.setdefault((size, kind, "llama.cpp"), {})
-            llama.setdefault("prefill", []).append(llama_bench(bin_dir, model, a, a.prompt, 0, 0))
-            llama.setdefault("decode", []).append(llama_bench(bin_dir, model, a, 0, a.gen, a.prompt))
             batch = not a.skip_batch and size == "smollm2"
-            if batch:
-                llama.setdefault("batch", []).append(llama_batch(bin_dir, model, a))
+            for build, llama_bin in llama_bins.items():
+                llama = results.setdefault((size, kind, "llama.cpp " + build), {})
+                llama.setdefault("prefill", []).append(llama_bench(llama_bin, model, a, a.prompt, 0, 0))
+                llama.setdefault("decode", []).append(llama_bench(llama_bin, model, a, 0, a.gen, a.prompt))
+                if batch:
+                    llama.setdefault("batch", []).append(llama_batch(llama_bin, model, a))
             for isa in levels:
                 res = results.setdefault((size, kind, isa), {})
                 pp, tg = infer_latency(a.infer, model, a, isa)
@@ -252,17 +274,17 @@ def main():
     print(f"\n{a.threads} threads, medians of {a.rounds} interleaved rounds; prompt {a.prompt}, {a.gen} generated; "
           f"batch: {a.batch} requests at once (SmolLM2 only)" +
           (f"; memory read bandwidth {bandwidth:.1f} GB/s" if bandwidth else "") + "\n")
-    head = ("| model | infer level | prefill tok/s infer / llama.cpp | ratio | decode tok/s infer / llama.cpp | ratio "
+    head = ("| model | infer level / llama.cpp build | prefill tok/s infer / llama.cpp | ratio | decode tok/s infer / llama.cpp | ratio "
             f"| {a.batch} × ({a.prompt}+{a.gen}) s infer / llama.cpp | ratio | decode GB/s infer / llama.cpp "
             "| of bandwidth |")
     print(head)
     print("|" + " --- |" * (head.count("|") - 1))
     for (size, kind), model in models.items():
-        ll = med[(size, kind, "llama.cpp")]
         gb = os.path.getsize(model) / 1e9
         for isa in levels:
+            ll = med[(size, kind, "llama.cpp " + llama_build_of(isa))]
             m = med[(size, kind, isa)]
-            line = (f"| {size} {kind} | {isa} | {m['prefill']:.0f} / {ll['prefill']:.0f} | "
+            line = (f"| {size} {kind} | {isa} / {llama_build_of(isa)} | {m['prefill']:.0f} / {ll['prefill']:.0f} | "
                     f"{m['prefill'] / ll['prefill']:.2f}× | {m['decode']:.1f} / {ll['decode']:.1f} | "
                     f"{m['decode'] / ll['decode']:.2f}× |")
             if "batch" in m:
