@@ -173,6 +173,35 @@ impl fmt::Display for Isa {
     }
 }
 
+/// Evaluates `$body`, an expression in the named arguments, in a function compiled for the
+/// level in use (AVX-512F, AVX2 + FMA, or portable), so the loops it inlines vectorize for it.
+macro_rules! on_level {
+    (($($arg:ident: $ty:ty),*) -> $ret:ty, $body:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f")]
+            fn avx512($($arg: $ty),*) -> $ret {
+                $body
+            }
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2($($arg: $ty),*) -> $ret {
+                $body
+            }
+            let isa = crate::isa::Isa::current();
+            if isa.has_avx512() {
+                // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
+                return unsafe { avx512($($arg),*) };
+            }
+            if isa.has_avx2() {
+                // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it.
+                return unsafe { avx2($($arg),*) };
+            }
+        }
+        $body
+    }};
+}
+pub(crate) use on_level;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,9 @@
 //! heads that share a KV head at once, so each key and value row is read from the cache once
 //! per group instead of once per head (SmolLM2: 3 heads per KV head).
 
+use crate::isa::on_level;
 use crate::matmul::dot_portable;
+use crate::ops::exp;
 
 /// Where one token's attention reads: its sequence's keys through the block table.
 pub(super) struct Keys<'a> {
@@ -17,34 +19,6 @@ pub(super) struct Keys<'a> {
     pub visible: usize,
     /// It sees only the last `window` of them (`usize::MAX`: all).
     pub window: usize,
-}
-
-/// Evaluates `$body`, an expression in the named arguments, in a function compiled for the
-/// level in use (AVX-512F, AVX2 + FMA, or portable), so the loops it inlines vectorize for it.
-macro_rules! on_level {
-    (($($arg:ident: $ty:ty),*) -> $ret:ty, $body:expr) => {{
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            fn avx512($($arg: $ty),*) -> $ret {
-                $body
-            }
-            #[target_feature(enable = "avx2,fma")]
-            fn avx2($($arg: $ty),*) -> $ret {
-                $body
-            }
-            let isa = crate::isa::Isa::current();
-            if isa.has_avx512() {
-                // SAFETY: the level in use has AVX-512F, and this CPU runs it (`Isa::current`).
-                return unsafe { avx512($($arg),*) };
-            }
-            if isa.has_avx2() {
-                // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it.
-                return unsafe { avx2($($arg),*) };
-            }
-        }
-        $body
-    }};
 }
 
 /// `row = softmax(cap(row · scale))` in place, `cap` the optional soft-cap
@@ -63,38 +37,6 @@ pub(super) fn softmax_scaled(row: &mut [f32], scale: f32, softcap: Option<f32>, 
             row.iter_mut().for_each(|x| *x *= factor);
         }
     )
-}
-
-/// `e^x` in f32 arithmetic the compiler vectorizes (the library's `exp` is a call per value,
-/// which made softmax a large part of long-context attention): `x = n ln 2 + r` with `n` an
-/// integer and `|r| ≤ ln 2 / 2`, `e^r` by its Taylor series to `r^7` (truncation below 1e-8),
-/// and `2^n` built in the exponent bits. Relative error within a few ulps for `x` in
-/// [-87.3, 88]; below, the smallest normal float's neighbourhood (where softmax weights vanish
-/// beside the largest, which is 1); above, `e^88`.
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    // ln 2 split so that `n · LN2_HI` is exact for |n| < 2^9 (Cody and Waite).
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // 1.5 · 2^23: adding and subtracting it rounds a float below 2^22 to an integer.
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.336_55, 88.0);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let mut p = 1.0 / 5040.0;
-    for c in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = p * r + c;
-    }
-    // n is in -126..=127: a normal float's biased exponent.
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// How a group's scores become weights: `softmax(cap(s · scale))`, each query head's sink
@@ -291,26 +233,6 @@ pub(super) fn combine(parts: &[&Partial], hd: usize, sinks: Option<&[f32]>, out:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Within 4e-7 of float64's `exp` over the range softmax uses (and past it), and the
-    /// clamped ends stay finite.
-    #[test]
-    fn exp_matches_float64() {
-        let mut worst = 0f64;
-        let mut x = -87.3f32;
-        while x < 88.0 {
-            let want = (x as f64).exp();
-            let got = exp(x) as f64;
-            worst = worst.max(((got - want) / want).abs());
-            x += 0.000_37;
-        }
-        assert!(worst < 4e-7, "relative error {worst}");
-        assert!(exp(-1000.0) < 1.2e-38 && exp(-1000.0) >= 0.0);
-        assert!(exp(f32::NEG_INFINITY) < 1.2e-38);
-        assert!(exp(1000.0).is_finite());
-        assert_eq!(exp(0.0), 1.0);
-        assert!(exp(f32::NAN).is_nan());
-    }
 
     /// Softmax rows sum to one, in the order of their scores, on every level's compilation
     /// (the dispatch picks the level this CPU runs).

@@ -10,6 +10,9 @@
 //! weights. Either way the scales are stored per 4-value lane, so every kernel reads both.
 
 use infer_core::gguf::GgmlType;
+use rayon::prelude::*;
+
+use crate::isa::on_level;
 
 pub(crate) struct Q8Rows {
     pub k: usize,
@@ -94,79 +97,153 @@ pub(crate) fn group_of(dtype: GgmlType) -> usize {
 /// Quantizes the rows of `x` (`k` a multiple of 32 and of `group`) in groups of `group`
 /// values, to nearest, ties to even.
 pub(crate) fn quantize_rows(x: &[f32], k: usize, group: usize) -> Q8Rows {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    fn quantize_avx2(x: &[f32], k: usize, group: usize) -> Q8Rows {
-        quantize(x, k, group)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::Isa::current().has_avx2() {
-        // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-        return unsafe { quantize_avx2(x, k, group) };
-    }
-    quantize(x, k, group)
+    plane(x.len(), k, group, |band| code_values(x, group, band))
 }
 
 /// A group's step (its largest magnitude maps to code 127) and the step's inverse.
 #[inline(always)]
 fn group_scale(xs: &[f32]) -> (f32, f32) {
-    let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+    // Eight running maxima by comparison (NaNs skipped, as `f32::max` does): LLVM vectorizes
+    // this, where `f32::max`'s NaN rule kept the reduction scalar. Groups hold 16, 32 or 256.
+    let mut lanes = [0f32; 8];
+    for c in xs.chunks_exact(8) {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            let a = v.abs();
+            if a > *l {
+                *l = a;
+            }
+        }
+    }
+    let amax = lanes.iter().fold(0f32, |a, &l| if l > a { l } else { a });
     let scale = amax / 127.0;
     (scale, if scale > 0.0 { 1.0 / scale } else { 0.0 })
 }
 
+/// `r` to its code: to nearest, ties to even, held to ±127 (so `maddubs` pairs never
+/// saturate), NaN (from a broken input) to 0.
 #[inline(always)]
-fn quantize(x: &[f32], k: usize, group: usize) -> Q8Rows {
+fn code_of(r: f32) -> i8 {
+    let held = r.round_ties_even().clamp(-127.0, 127.0);
+    let held = if held.is_nan() { 0.0 } else { held };
+    // SAFETY: `held` is finite and within ±127, so it fits an i32. (The saturating `as`
+    // conversion gives the same but LLVM leaves it scalar: a compare and branch per value.)
+    unsafe { held.to_int_unchecked::<i32>() as i8 }
+}
+
+/// Values per band that one task codes. A decode step's rows (a few thousand values) stay on
+/// the calling thread; a prefill's are split over the pool: quantizing them on one thread was
+/// 14 % of a 128-token SmolLM2 prefill's samples. A multiple of every group size.
+const BAND: usize = 8192;
+
+/// A band of a plane being written: `codes` and `group_scales` by its coder, the rest derived.
+struct Band<'a> {
+    /// Where the band starts in the plane, in values.
+    start: usize,
+    codes: &'a mut [i8],
+    group_scales: &'a mut [f32],
+    scales: &'a mut [f32],
+    sums: &'a mut [f32],
+    sums32: &'a mut [f32],
+    code_sums: &'a mut [i16],
+}
+
+/// A plane of `n` values in groups of `group` (`k` a multiple of 32 and of `group`): each band
+/// coded by `code` and then what the kernels read derived from it, the bands in parallel when
+/// there are several.
+fn plane(n: usize, k: usize, group: usize, code: impl Fn(&mut Band) + Sync) -> Q8Rows {
     debug_assert!([16, 32, 256].contains(&group));
-    debug_assert!(k.is_multiple_of(32) && k.is_multiple_of(group));
-    debug_assert!(x.len().is_multiple_of(k));
-    let mut codes = vec![0i8; x.len()];
-    let mut group_scales = vec![0f32; x.len() / group];
+    debug_assert!(k.is_multiple_of(32) && k.is_multiple_of(group) && n.is_multiple_of(k));
+    let mut q = Q8Rows {
+        k,
+        group,
+        codes: vec![0; n],
+        scales: vec![0.0; n / 4],
+        sums: vec![0.0; n / 16],
+        sums32: vec![0.0; n / 32],
+        code_sums: vec![0; n / 16],
+        group_scales: vec![0.0; n / group],
+    };
+    let mut bands: Vec<Band> = q
+        .codes
+        .chunks_mut(BAND)
+        .zip(q.group_scales.chunks_mut(BAND / group))
+        .zip(q.scales.chunks_mut(BAND / 4))
+        .zip(q.sums.chunks_mut(BAND / 16))
+        .zip(q.sums32.chunks_mut(BAND / 32))
+        .zip(q.code_sums.chunks_mut(BAND / 16))
+        .enumerate()
+        .map(
+            |(i, (((((codes, group_scales), scales), sums), sums32), code_sums))| Band {
+                start: i * BAND,
+                codes,
+                group_scales,
+                scales,
+                sums,
+                sums32,
+                code_sums,
+            },
+        )
+        .collect();
+    let fill = |band: &mut Band| {
+        code(band);
+        derive_sums(group, band);
+    };
+    if let [band] = bands.as_mut_slice() {
+        fill(band);
+    } else {
+        bands.par_iter_mut().for_each(fill);
+    }
+    q
+}
+
+/// A band's scales per 4-value lane and per-16 and per-32 sums, from its codes and steps.
+fn derive_sums(group: usize, band: &mut Band<'_>) {
+    on_level!((group: usize, band: &mut Band<'_>) -> (), derive(group, band))
+}
+
+#[inline(always)]
+fn derive(group: usize, band: &mut Band<'_>) {
+    for (lanes, &scale) in band
+        .scales
+        .chunks_exact_mut(group / 4)
+        .zip(band.group_scales.iter())
+    {
+        lanes.fill(scale);
+    }
+    for (i, ((sum, code_sum), c16)) in band
+        .sums
+        .iter_mut()
+        .zip(band.code_sums.iter_mut())
+        .zip(band.codes.chunks_exact(16))
+        .enumerate()
+    {
+        // At most 16 · 127 in magnitude.
+        *code_sum = c16.iter().map(|&c| c as i16).sum();
+        *sum = band.group_scales[i * 16 / group] * *code_sum as f32;
+    }
+    for (s32, s) in band.sums32.iter_mut().zip(band.sums.chunks_exact(2)) {
+        *s32 = s[0] + s[1];
+    }
+}
+
+/// A band of the value plane: each group's codes and step.
+fn code_values(x: &[f32], group: usize, band: &mut Band<'_>) {
+    on_level!((x: &[f32], group: usize, band: &mut Band<'_>) -> (), values(x, group, band))
+}
+
+#[inline(always)]
+fn values(x: &[f32], group: usize, band: &mut Band<'_>) {
+    let x = &x[band.start..band.start + band.codes.len()];
     for ((xs, codes), group_scale_of) in x
         .chunks_exact(group)
-        .zip(codes.chunks_exact_mut(group))
-        .zip(&mut group_scales)
+        .zip(band.codes.chunks_exact_mut(group))
+        .zip(band.group_scales.iter_mut())
     {
         let (scale, inv) = group_scale(xs);
         for (c, v) in codes.iter_mut().zip(xs) {
-            *c = (v * inv).round_ties_even() as i8;
+            *c = code_of(v * inv);
         }
         *group_scale_of = scale;
-    }
-    plane(k, group, codes, group_scales)
-}
-
-/// A plane of `codes` with one scale per `group` of them, and what the kernels read derived
-/// from the two: the scales per 4-value lane and the per-16 and per-32 sums.
-#[inline(always)]
-fn plane(k: usize, group: usize, codes: Vec<i8>, group_scales: Vec<f32>) -> Q8Rows {
-    let n = codes.len();
-    let mut scales = vec![0f32; n / 4];
-    let mut sums = vec![0f32; n / 16];
-    let mut code_sums = vec![0i16; n / 16];
-    for (g, &scale) in group_scales.iter().enumerate() {
-        scales[g * group / 4..(g + 1) * group / 4].fill(scale);
-        let sixteens = g * group / 16..(g + 1) * group / 16;
-        for ((sum, code_sum), c16) in sums[sixteens.clone()]
-            .iter_mut()
-            .zip(&mut code_sums[sixteens])
-            .zip(codes[g * group..(g + 1) * group].chunks_exact(16))
-        {
-            // At most 16 · 127 in magnitude.
-            *code_sum = c16.iter().map(|&c| c as i16).sum();
-            *sum = scale * *code_sum as f32;
-        }
-    }
-    let sums32 = sums.chunks_exact(2).map(|s| s[0] + s[1]).collect();
-    Q8Rows {
-        k,
-        group,
-        codes,
-        scales,
-        sums,
-        sums32,
-        code_sums,
-        group_scales,
     }
 }
 
@@ -175,37 +252,31 @@ fn plane(k: usize, group: usize, codes: Vec<i8>, group_scales: Vec<f32>) -> Q8Ro
 /// group is coded in steps of exactly its scale / 256 (`residual_step`), so a kernel may add
 /// the two planes' integer sums as `256 · value + residual` before one conversion to float.
 pub(crate) fn quantize_residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    fn residual_avx2(x: &[f32], q: &Q8Rows) -> Q8Rows {
-        residual(x, q)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::Isa::current().has_avx2() {
-        // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-        return unsafe { residual_avx2(x, q) };
-    }
-    residual(x, q)
+    plane(x.len(), q.k, q.group, |band| code_residuals(x, q, band))
+}
+
+/// A band of the residual plane: what the value plane `q` leaves of `x`, in its steps.
+fn code_residuals(x: &[f32], q: &Q8Rows, band: &mut Band<'_>) {
+    on_level!((x: &[f32], q: &Q8Rows, band: &mut Band<'_>) -> (), residuals(x, q, band))
 }
 
 #[inline(always)]
-fn residual(x: &[f32], q: &Q8Rows) -> Q8Rows {
+fn residuals(x: &[f32], q: &Q8Rows, band: &mut Band<'_>) {
     let group = q.group;
-    let mut codes = vec![0i8; x.len()];
-    let mut group_scales = vec![0f32; x.len() / group];
-    for (((xs, codes), value_codes), (step_of, &value_scale)) in x
+    let range = band.start..band.start + band.codes.len();
+    let value_scales = &q.group_scales[range.start / group..range.end / group];
+    for (((xs, codes), value_codes), (step_of, &value_scale)) in x[range.clone()]
         .chunks_exact(group)
-        .zip(codes.chunks_exact_mut(group))
-        .zip(q.codes.chunks_exact(group))
-        .zip(group_scales.iter_mut().zip(&q.group_scales))
+        .zip(band.codes.chunks_exact_mut(group))
+        .zip(q.codes[range].chunks_exact(group))
+        .zip(band.group_scales.iter_mut().zip(value_scales))
     {
         let (step, inv) = residual_step(value_scale);
         for ((c, v), vc) in codes.iter_mut().zip(xs).zip(value_codes) {
-            *c = residual_code(v - *vc as f32 * value_scale, inv) as i8;
+            *c = code_of((v - *vc as f32 * value_scale) * inv);
         }
         *step_of = step;
     }
-    plane(q.k, group, codes, group_scales)
 }
 
 /// The residual plane's step for a group whose value plane has step `scale`: `scale / 256`
@@ -230,17 +301,10 @@ fn residual_code(r: f32, inv: f32) -> f32 {
 /// The same arithmetic in one pass with no codes kept, for the GEMM path, which must see what
 /// the integer kernels see.
 pub(crate) fn round_trip(x: &mut [f32], residual: bool, group: usize) {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    fn round_trip_avx2(x: &mut [f32], residual: bool, group: usize) {
+    on_level!(
+        (x: &mut [f32], residual: bool, group: usize) -> (),
         round_trip_groups(x, residual, group)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if crate::isa::Isa::current().has_avx2() {
-        // SAFETY: the level in use has AVX2 and FMA, and this CPU runs it (`Isa::current`).
-        return unsafe { round_trip_avx2(x, residual, group) };
-    }
-    round_trip_groups(x, residual, group)
+    )
 }
 
 #[inline(always)]

@@ -176,6 +176,47 @@ fn code_sums_add_up_the_codes() {
     }
 }
 
+/// Both planes' codes and steps are a plain per-group rounding of the values, also where the
+/// input spans several bands coded in parallel (the last one partial).
+#[test]
+fn planes_are_the_plain_rounding_across_bands() {
+    let mut rng = Rng(31);
+    let k = 4096;
+    // 5 rows: 20,480 values, two and a half bands.
+    let mut x: Vec<f32> = (0..5 * k).map(|_| rng.uniform() * 4.0).collect();
+    // A group of zeros, a NaN and an exact tie (a value on a half step of its group).
+    x[256..512].fill(0.0);
+    x[600] = f32::NAN;
+    x[1024] = 127.0;
+    x[1025] = 2.5;
+    for group in [16, 32, 256] {
+        let value = quantize_rows(&x, k, group);
+        let residual = quantize_residual(&x, &value);
+        for (g, xs) in x.chunks_exact(group).enumerate() {
+            let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let scale = amax / 127.0;
+            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let step = scale / 256.0;
+            let inv_step = if step > 0.0 { 1.0 / step } else { 0.0 };
+            assert_eq!(value.group_scales[g], scale, "group {group} #{g}");
+            assert_eq!(residual.group_scales[g], step, "group {group} #{g}");
+            for (i, v) in xs.iter().enumerate() {
+                let c = (v * inv).round_ties_even() as i8;
+                let r = ((v - c as f32 * scale) * inv_step)
+                    .round_ties_even()
+                    .clamp(-127.0, 127.0) as i8;
+                let p = g * group + i;
+                assert_eq!(
+                    (value.codes[p], residual.codes[p]),
+                    (c, r),
+                    "group {group}, value {p}"
+                );
+            }
+        }
+        assert_eq!(value.codes[1025], 2, "2.5 steps round to even");
+    }
+}
+
 /// One row takes the integer kernels, batched decode the blocked f32 kernels (with AVX-512),
 /// prefill-sized batches GEMM on decoded tiles; all
 /// see the same 8-bit (or 16-bit) activations, so a row's result does not depend on the batch it
