@@ -8,7 +8,7 @@
 use infer_core::gguf::GgmlType;
 
 use crate::isa::Isa;
-use crate::matmul::{by_column_tiles, streaming_tile};
+use crate::tiles::{by_column_tiles, streaming_tile};
 
 /// Up to this many rows take these kernels; above it `gemm`'s packed GEMM wins (prefill).
 pub(crate) const BLOCKED_MAX_M: usize = 64;
@@ -218,6 +218,8 @@ mod rows;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::hsum;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]

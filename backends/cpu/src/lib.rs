@@ -23,7 +23,9 @@ mod ops;
 mod qdot;
 mod quant;
 mod random;
+mod scale_table;
 mod tensor;
+mod tiles;
 
 use std::sync::Arc;
 

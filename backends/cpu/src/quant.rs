@@ -4,27 +4,15 @@
 //! `d * Σ code·x + m * Σ x` in f32, which equals the dot with the dequantized weights up to f32
 //! rounding while reading 4-6x fewer bytes per token than f32 weights.
 
-use std::sync::OnceLock;
-
-use half::f16;
 use infer_core::gguf::GgmlType;
 
 use crate::blocked::{self, Weights};
 use crate::isa::Isa;
-use crate::matmul::{by_column_tiles, gemm_into, prefetch_ahead, streaming_tile, SMALL_M};
+use crate::matmul::{gemm_into, SMALL_M};
+use crate::scale_table::f16_table;
+use crate::tiles::{by_column_tiles, prefetch_ahead, streaming_tile};
 
 const QK: usize = 32;
-
-/// Every f16 as f32: one L2-resident load per block scale instead of a conversion call in the
-/// innermost loop (`half`'s runtime-dispatched conversion is not inlined there).
-pub(crate) fn f16_table() -> &'static [f32] {
-    static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|bits| f16::from_bits(bits).to_f32())
-            .collect()
-    })
-}
 
 #[inline(always)]
 fn scale(table: &[f32], b: &[u8], at: usize) -> f32 {

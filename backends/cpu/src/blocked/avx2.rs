@@ -187,8 +187,17 @@ unsafe fn kernel<W: Rows, const M: usize, const N: usize>(
         }
         for (i, acc_i) in acc.iter().enumerate() {
             for (c, a) in acc_i.iter().enumerate() {
-                part[(r + i) * width + j + c] = crate::qdot::hsum_avx2(*a);
+                part[(r + i) * width + j + c] = hsum(*a);
             }
         }
     }
+}
+
+/// The sum of a vector's eight lanes (the qdot kernels' too).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }

@@ -3,8 +3,8 @@
 
 use std::marker::PhantomData;
 
-use crate::matmul::prefetch_ahead;
-use crate::quant::f16_table;
+use crate::scale_table::f16_table;
+use crate::tiles::prefetch_ahead;
 
 /// A 32-weight GGUF block layout's size; each level implements its `Block` (the decoding).
 pub(super) trait Layout {

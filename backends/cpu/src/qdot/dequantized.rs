@@ -13,7 +13,8 @@ use super::ROW;
 #[cfg(target_arch = "x86_64")]
 use super::{fused, isa};
 use crate::blocked::{self, Weights};
-use crate::matmul::{by_column_tiles, gemm_into};
+use crate::matmul::gemm_into;
+use crate::tiles::by_column_tiles;
 
 thread_local! {
     /// Per-thread f32 weights for the GEMM path: a fresh tile per call costs an allocation and

@@ -57,6 +57,8 @@ fn chunks_checked<const R: usize>(
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
+    pub(crate) use crate::blocked::hsum;
+
     /// Eight i32 lanes, lane i = Σ u[4i..4i+4] · s[4i..4i+4] (u unsigned, s signed bytes);
     /// pairs cannot saturate i16 because |u| ≤ 128 and |s| ≤ 127.
     #[target_feature(enable = "avx2")]
@@ -75,14 +77,6 @@ pub(crate) mod x86 {
     #[inline]
     pub(crate) fn product_avx512vnni(u: __m256i, s: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-    }
-
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    pub(crate) fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 
     macro_rules! dot_kernel {

@@ -30,7 +30,7 @@ use infer_core::gguf::GgmlType;
 
 use crate::blocked;
 use crate::isa::Isa;
-use crate::matmul::{by_column_tiles, prefetch_ahead, streaming_tile};
+use crate::tiles::{by_column_tiles, prefetch_ahead, streaming_tile};
 #[cfg(test)]
 use activations::XRow;
 use activations::{group_of, quantize_residual, quantize_rows, round_trip, Q8Rows};
@@ -38,8 +38,6 @@ pub(crate) use dequantized::gather_rows_in;
 use dequantized::matmul_dequantized;
 pub(crate) use interleaved::{interleavable, interleave, Layout};
 use kernels::dot_scalar;
-#[cfg(target_arch = "x86_64")]
-pub(crate) use kernels::x86::hsum as hsum_avx2;
 use unpack::{codes_of, unpack_row, Codes, UnpackedRow};
 
 /// Up to this many activation rows take the integer path on CPU levels without blocked kernels

@@ -7,7 +7,7 @@
 
 use infer_core::gguf::{kquants, GgmlType};
 
-use crate::quant::f16_table;
+use crate::scale_table::f16_table;
 
 /// How a type's codes are read by the dot kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,7 @@
 //! `matmul_packed` and its row kernels against dequantized f32 and float64 references.
 
+use half::f16;
+
 use super::*;
 use crate::matmul::matmul;
 use proptest::prelude::*;

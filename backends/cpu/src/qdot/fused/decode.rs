@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use infer_core::gguf::{kquants, GgmlType};
 
-use crate::quant::f16_table;
+use crate::scale_table::f16_table;
 
 /// Evaluates `$body` with `$T` naming the decoder of `$dtype`: `Some(body)`, or `None` for the
 /// types without one (Q2_K, Q3_K, IQ4_XS and the float types).

@@ -16,7 +16,7 @@ use infer_core::gguf::GgmlType;
 use super::activations::{group_of, XRow};
 use super::kernels::x86::{self, hsum};
 use super::Job;
-use crate::matmul::prefetch_ahead;
+use crate::tiles::prefetch_ahead;
 pub(crate) use decode::has_fused;
 use decode::{with_decoder, Chunk, FusedType};
 use kquant::KQuant;

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use super::activations::Q8Rows;
 use crate::isa::Isa;
-use crate::matmul::{by_column_tiles, streaming_tile};
+use crate::tiles::{by_column_tiles, streaming_tile};
 
 /// Rows per interleaved group.
 pub(crate) const ROWS: usize = 8;
@@ -408,7 +408,7 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
 
 /// The f16 at `b[at..at + 2]`.
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    crate::quant::f16_table()[u16::from_le_bytes([b[at], b[at + 1]]) as usize]
+    crate::scale_table::f16_table()[u16::from_le_bytes([b[at], b[at + 1]]) as usize]
 }
 
 // After `with_kind`, which the tests use.

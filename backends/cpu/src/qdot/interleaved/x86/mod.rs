@@ -212,7 +212,7 @@ pub(super) fn planes<const R: usize>(xs: &[&ActRow; R]) -> ([*const i8; R], [*co
 /// kernels waiting: on the Xeon of the README the 1B Q4_K_M model decoded at 19.3 tok/s
 /// without the hints, 24.4 / 26.3 / 25.0 with them 1, 2 and 3 KB ahead (medians of 3
 /// alternated runs; Q8_0 14.8 → 16.9, SmolLM2 Q4_K_M 105 → 107-117). Not measured on AMD,
-/// where hints on the row-major kernels' long tiles were slower (`matmul::prefetch_ahead`).
+/// where hints on the row-major kernels' long tiles were slower (`tiles::prefetch_ahead`).
 const PREFETCH_BYTES: usize = 2048;
 
 /// Group-block `b`'s start in each group (`Kind::GROUP_BLOCK` bytes apart), and with
