@@ -1,13 +1,13 @@
 //! The `infer` command line as a library: the binary's `main`, and what the Python package
 //! shares with it (the flags of `infer serve`, model loading, the server's state).
 
+pub mod backend_kind;
 pub mod bench;
 pub mod engine_args;
 pub mod generate;
 pub mod model;
 pub mod parallel;
 pub mod pooling_args;
-pub mod prompts_file;
 pub mod sampling_args;
 pub mod serve;
 pub mod tokenizer_cmd;

@@ -20,12 +20,7 @@ use crate::parallel::{self, ParallelArgs};
 use infer_core::spec_decode::{SpecMethod, SpeculativeConfig};
 use infer_core::Speculation;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendKind {
-    Cpu,
-    Wgpu,
-    Cuda,
-}
+pub use crate::backend_kind::BackendKind;
 
 /// How the CPU backend holds quantized weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

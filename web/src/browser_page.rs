@@ -7,7 +7,7 @@ use std::sync::Arc;
 use warp::reply::{Reply, Response};
 use warp::Filter;
 
-use crate::routes::{get, Auth};
+use crate::filters::{get, Auth};
 use crate::state::ServerState;
 
 include!(concat!(env!("OUT_DIR"), "/browser_assets.rs"));

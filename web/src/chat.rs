@@ -17,7 +17,7 @@ use crate::body::Parsed;
 use crate::completions::{finish, sse_data, sse_reply, sse_tail, UsageRead};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
-use crate::routes::blocking;
+use crate::filters::blocking;
 use crate::state::ServerState;
 
 pub async fn handle(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Response {

@@ -6,7 +6,7 @@
 use warp::reply::{Reply, Response};
 use warp::Filter;
 
-use crate::routes::get;
+use crate::filters::get;
 
 include!(concat!(env!("OUT_DIR"), "/chat_vendor.rs"));
 

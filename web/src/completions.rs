@@ -17,7 +17,7 @@ use crate::api::{CompletionRequest, Usage};
 use crate::body::Parsed;
 use crate::engine_loop::{Event, Events, NewRequest};
 use crate::errors::ApiError;
-use crate::routes::blocking;
+use crate::filters::blocking;
 use crate::state::ServerState;
 
 /// A request's last output.

@@ -8,7 +8,7 @@ use warp::reply::{Reply as _, Response};
 
 use crate::body::Parsed;
 use crate::errors::ApiError;
-use crate::routes::blocking;
+use crate::filters::blocking;
 use crate::state::ServerState;
 
 pub async fn handle(state: Arc<ServerState>, req: Parsed<EmbeddingRequest>) -> Response {

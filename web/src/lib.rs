@@ -12,6 +12,7 @@ pub mod cors;
 mod embeddings;
 pub mod engine_loop;
 pub mod errors;
+mod filters;
 mod http_log;
 mod in_process;
 mod listen;

@@ -17,7 +17,7 @@ use crate::body::Parsed;
 use crate::completions::{finish, sse_reply};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
-use crate::routes::blocking;
+use crate::filters::blocking;
 use crate::state::{unix_now, ServerState};
 
 pub async fn handle(state: Arc<ServerState>, req: Parsed<ResponsesRequest>) -> Response {

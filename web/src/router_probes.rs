@@ -13,7 +13,7 @@ use warp::filters::BoxedFilter;
 use warp::reply::Response;
 use warp::{Filter, Reply};
 
-use crate::routes::{get, with_state, Auth};
+use crate::filters::{get, with_state, Auth};
 use crate::state::ServerState;
 
 /// `/get_load` stays open (routers poll it without a key); the model and server details are

@@ -15,7 +15,7 @@ use infer_core::parallel::CollectiveStats;
 use infer_core::ProcessGroup;
 use serde_json::{json, Value};
 
-use crate::model::BackendKind;
+use crate::backend_kind::BackendKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExecutorBackend {

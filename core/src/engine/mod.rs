@@ -7,6 +7,7 @@ mod embed;
 mod executor;
 #[cfg(test)]
 mod group_tests;
+mod job;
 mod pacing;
 mod process;
 mod request;
@@ -15,6 +16,7 @@ pub mod sizing;
 #[cfg(test)]
 mod spec_tests;
 mod speculate;
+mod step_outputs;
 pub mod testing;
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use web_time::Instant;
 
+use super::job::{spec_job, Job, SpecCursor};
 use super::sequences::{final_outputs, Ctx};
-use super::speculate::{spec_job, StepOutputs};
+use super::step_outputs::StepOutputs;
 use super::{Engine, Executor, RequestOutput, StepLogits, TokenLogprobs, TopLogprob};
 use crate::block_manager::SeqId;
 use crate::error::{InferError, Result};
@@ -17,40 +18,6 @@ use crate::scheduler::ScheduledChunk;
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
 use rayon::prelude::*;
-
-/// A logits row that samples, and what it belongs to.
-pub(super) struct Job {
-    pub key: u64,
-    /// Position in the request's live members.
-    pub member: usize,
-    pub row: usize,
-    pub uniforms: Vec<f64>,
-    /// Speculative decoding: the proposal this row verifies and where it is in its draft.
-    pub spec: Option<SpecCursor>,
-}
-
-/// A speculating sequence's place in its draft: row `position` of its `1 + k` rows.
-#[derive(Debug, Clone)]
-pub(super) struct SpecCursor {
-    pub seq: SeqId,
-    pub position: usize,
-    pub proposals: Vec<u32>,
-    /// The proposals' q rows when they were sampled (empty: one-hot).
-    pub probs: Vec<f32>,
-}
-
-impl Job {
-    fn proposal(&self) -> Option<u32> {
-        let s = self.spec.as_ref()?;
-        s.proposals.get(s.position).copied()
-    }
-
-    /// q of the proposal this row verifies, when it was sampled.
-    fn proposal_probs(&self, vocab: usize) -> Option<&[f32]> {
-        let s = self.spec.as_ref()?;
-        s.probs.get(s.position * vocab..(s.position + 1) * vocab)
-    }
-}
 
 impl<E: Executor> Engine<E> {
     /// Whether every row that samples this step is plain greedy (see

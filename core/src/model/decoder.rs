@@ -4,7 +4,7 @@
 //! activation, multipliers, soft-caps, sliding windows, per-layer RoPE, attention sinks,
 //! experts) — never from its name.
 
-use super::mlp::Mlp;
+use super::mlp::{outputs, Mlp};
 use crate::backend::{AttentionParams, Backend, KvCacheSpec};
 use crate::batch::BatchInput;
 use crate::config::{ModelConfig, NormPlacement};
@@ -500,19 +500,4 @@ fn layer_weights(c: &ModelConfig, layer: usize) -> Vec<LayerWeight> {
         w.push(PostFfnNorm);
     }
     w
-}
-
-/// `matmul_many`'s outputs as an array of the count asked for.
-pub(super) fn outputs<B: Backend, const N: usize>(
-    backend: &B,
-    outs: Vec<B::Tensor>,
-) -> Result<[B::Tensor; N]> {
-    let got = outs.len();
-    outs.try_into().map_err(|_| InferError::Backend {
-        backend: "model",
-        message: format!(
-            "{}: matmul_many gave {got} outputs for {N} weights",
-            backend.name()
-        ),
-    })
 }

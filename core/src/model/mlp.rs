@@ -3,7 +3,6 @@
 //! expert once, each expert runs its gate/up/down over its group, and each token's expert
 //! outputs are summed with its routing weights).
 
-use super::decoder::outputs;
 use crate::backend::Backend;
 use crate::config::{Activation, ModelConfig};
 use crate::error::{InferError, Result};
@@ -140,4 +139,19 @@ impl<T> Mlp<T> {
             }
         }
     }
+}
+
+/// `matmul_many`'s outputs as an array of the count asked for.
+pub(super) fn outputs<B: Backend, const N: usize>(
+    backend: &B,
+    outs: Vec<B::Tensor>,
+) -> Result<[B::Tensor; N]> {
+    let got = outs.len();
+    outs.try_into().map_err(|_| InferError::Backend {
+        backend: "model",
+        message: format!(
+            "{}: matmul_many gave {got} outputs for {N} weights",
+            backend.name()
+        ),
+    })
 }

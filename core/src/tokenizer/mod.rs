@@ -4,7 +4,6 @@
 mod chat;
 mod detokenizer;
 mod gguf;
-mod spm;
 
 use std::path::Path;
 

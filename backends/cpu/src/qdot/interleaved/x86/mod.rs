@@ -8,8 +8,9 @@
 //! AVX2 multiplies with `maddubs` into i16 lanes and sums a few in i16 before a multiply-add
 //! of lane pairs into i32; VNNI levels add 4 products straight into the row's i32 lane
 //! (`vpdpbusd`: one instruction for `maddubs` and the add, no pair sum; prefill on the 1B
-//! Q4_K_M model: see the README). Each level's kernels are the same bodies (`kquant`,
-//! `blocks32`) compiled with its features, for one activation plane or two, behind `guarded`.
+//! Q4_K_M model: see the README). Each level's kernels are the same bodies (each type's `x86`
+//! module: `blocks32::x86`, `q4k::x86`, `q6k::x86`) compiled with its features, for one
+//! activation plane or two, behind `guarded`.
 
 use std::arch::x86_64::*;
 
@@ -18,8 +19,6 @@ use crate::isa::Isa;
 pub(super) use lanes::{Blocks, Lanes};
 use lanes::{Ymm, Zmm};
 
-pub(super) mod blocks32;
-pub(super) mod kquant;
 mod lanes;
 
 /// `K`'s group kernels for `R` activation rows at level `isa`, where this CPU runs them: on

@@ -12,7 +12,7 @@ use tokenizers::decoders::strip::Strip;
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{DecoderWrapper, NormalizerWrapper};
 
-use super::gguf::{bpe_over_vocab, tok_err};
+use super::{bpe_over_vocab, tok_err};
 use crate::error::Result;
 use crate::gguf::{GgufFile, GgufValue};
 

@@ -14,6 +14,9 @@
 //! The activations come in groups of 32 (`activation_group`), one step per block, so each
 //! block's integer sum converts to f32 once and meets the row's scale times that step.
 
+#[cfg(target_arch = "x86_64")]
+pub(super) mod x86;
+
 use super::{f16_at, ActRow, Kind, ROWS};
 
 /// The 4- and 5-bit types: with offsets `m` (`MIN`: Q4_1, Q5_1) or centred codes, and with a
@@ -172,7 +175,7 @@ impl<const MIN: bool, const FIFTH: bool> Kind for Q45<MIN, FIFTH> {
         xs: &[&ActRow; R],
     ) -> [[f32; 16]; R] {
         // SAFETY: forwarded.
-        unsafe { super::x86::blocks32::q45_dot::<V, PAIRED, R, MIN, FIFTH>(groups, nb, xs) }
+        unsafe { x86::q45_dot::<V, PAIRED, R, MIN, FIFTH>(groups, nb, xs) }
     }
 }
 
@@ -252,6 +255,6 @@ impl Kind for Q8_0 {
         xs: &[&ActRow; R],
     ) -> [[f32; 16]; R] {
         // SAFETY: forwarded.
-        unsafe { super::x86::blocks32::q8_0_dot::<V, PAIRED, R>(groups, nb, xs) }
+        unsafe { x86::q8_0_dot::<V, PAIRED, R>(groups, nb, xs) }
     }
 }

@@ -8,8 +8,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use infer_core::{ChatMessage, Prompt, RequestMetrics, SamplingParams, Tokenizer};
 
+mod prompts_file;
+
 use crate::model::{AnyEngine, ModelArgs};
-use crate::prompts_file;
 use crate::sampling_args::{completion_json, SamplingArgs};
 
 #[derive(Debug, Args)]

@@ -14,6 +14,9 @@
 //! Codes are 0..=63 around 32: the kernels sum codes against activations and subtract 32
 //! times the activations' per-16 sums (`ActRow::value_sums`), each scaled.
 
+#[cfg(target_arch = "x86_64")]
+pub(super) mod x86;
+
 use super::{f16_at, ActRow, Kind, ROWS};
 
 pub(crate) struct Q6K;
@@ -160,6 +163,6 @@ impl Kind for Q6K {
         xs: &[&ActRow; R],
     ) -> [[f32; 16]; R] {
         // SAFETY: forwarded.
-        unsafe { super::x86::kquant::q6k_dot::<V, PAIRED, R>(groups, nb, xs) }
+        unsafe { x86::q6k_dot::<V, PAIRED, R>(groups, nb, xs) }
     }
 }

@@ -5,6 +5,9 @@
 //! - `qs[8][4][32]`: for sub-block `s` and chunk `c` (its weights `8c..8c+8`), byte `4r + i`
 //!   holds weight `8c + i` of row `r` in its low nibble and weight `8c + 4 + i` in its high one.
 
+#[cfg(target_arch = "x86_64")]
+pub(super) mod x86;
+
 use infer_core::gguf::kquants::scale_min_k4;
 
 use super::{f16_at, ActRow, Kind, ROWS};
@@ -160,6 +163,6 @@ impl Kind for Q4K {
         xs: &[&ActRow; R],
     ) -> [[f32; 16]; R] {
         // SAFETY: forwarded.
-        unsafe { super::x86::kquant::q4k_dot::<V, PAIRED, R>(groups, nb, xs) }
+        unsafe { x86::q4k_dot::<V, PAIRED, R>(groups, nb, xs) }
     }
 }

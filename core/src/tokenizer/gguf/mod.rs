@@ -2,6 +2,8 @@
 //! `tokenizer.json` does: byte-level BPE from the vocab and merges, the pre-tokenizer named by
 //! `tokenizer.ggml.pre`, and control / user-defined tokens as added tokens.
 
+mod spm;
+
 use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::unicode::NFC;
@@ -143,7 +145,7 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
     // llama.cpp adds a BOS by default for SentencePiece models only.
     let (mut tk, default_add_bos) = match model {
         "gpt2" => (byte_level_bpe(g, &tokens, unk)?, false),
-        "llama" => (super::spm::build(g, &tokens, unk)?, true),
+        "llama" => (spm::build(g, &tokens, unk)?, true),
         other => {
             return Err(tok_err(
                 g,

@@ -11,7 +11,7 @@ use infer_core::{Prompt, Tokenizer};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::generate::{prompt_ids, GenerateArgs};
+use super::{prompt_ids, GenerateArgs};
 use crate::model::AnyEngine;
 use crate::sampling_args::completion_json;
 

@@ -8,10 +8,9 @@
 //! 2 · 128 · 127 per i16 lane, so each product pair goes to i32 at once); VNNI levels flip the
 //! codes' top bit (code + 128, unsigned) and take 128 times the activations' sums off after.
 
-use super::super::blocks32::{self, Q45, Q8_0};
+use super::super::x86::{block, planes, stored, Blocks, Lanes};
 use super::super::{ActRow, Kind};
-use super::lanes::{Blocks, Lanes};
-use super::{block, planes, stored};
+use super::{Q45, Q8_0};
 
 /// `256 · value + residual`, or the value alone.
 ///
@@ -60,7 +59,7 @@ unsafe fn bit_at_4<V: Lanes>(h: V::I, b: usize) -> V::I {
 /// # Safety
 /// `V`'s features; `codes..codes + 32` is inside the row.
 #[inline(always)]
-pub(super) unsafe fn nibbles32<V: Lanes, const FIFTH: bool>(
+pub(in crate::qdot::interleaved) unsafe fn nibbles32<V: Lanes, const FIFTH: bool>(
     w: &[(V::I, V::I); 4],
     codes: *const i8,
 ) -> V::I {
@@ -121,7 +120,7 @@ pub(in crate::qdot::interleaved) unsafe fn q45_dot<
         let mut acc = [V::zero_f(); R];
         for b in 0..nb {
             let p = block(groups, b, K::<MIN, FIFTH>::GROUP_BLOCK, R == 1);
-            let d = V::halves(p, blocks32::D);
+            let d = V::halves(p, super::D);
             let high = if FIFTH {
                 V::load(p, K::<MIN, FIFTH>::QH)
             } else {
@@ -155,7 +154,7 @@ pub(in crate::qdot::interleaved) unsafe fn q45_dot<
                 let scale = V::mul(d, V::splat_f(step));
                 acc[r] = V::fmadd(V::cvt(dot), scale, acc[r]);
                 if MIN {
-                    let m = V::halves(p, blocks32::M);
+                    let m = V::halves(p, super::M);
                     acc[r] = V::fmadd(m, V::splat_f(sums as f32 * step), acc[r]);
                 }
             }
@@ -208,7 +207,7 @@ pub(in crate::qdot::interleaved) unsafe fn q8_0_dot<
         let mut acc = [V::zero_f(); R];
         for b in 0..nb {
             let p = block(groups, b, Q8_0::GROUP_BLOCK, R == 1);
-            let d = V::halves(p, blocks32::D);
+            let d = V::halves(p, super::D);
             let mut w = [V::zero(); 8];
             let mut mag = [V::zero(); 8];
             for c in 0..8 {

@@ -1,77 +1,12 @@
-//! Q4_K and Q6_K on x86. AVX2 sums in i16 over Q4_K's 32-weight sub-block (at most 16
-//! products of 15 · 127 per lane: 30,480) and Q6_K's products two by two (codes up to 63:
-//! 32,004), each pair then multiplied-and-added with the rows' signed scales. Q4_K's two
-//! planes meet in i32 per sub-block as `256 · value + residual` (at most 257 · 32 · 15 · 127,
-//! below 2^24: exact in f32) and the sub-block's scale applies in f32, as do its mins to the
-//! activations' per-32 sums (`ActRow::sums32_f`); Q6_K likewise per sixteen with VNNI, and
-//! without it sums each plane in i32 over a block (at most 16 · 16 · 32 · 127 · 128), the two
-//! meeting in f32 once per block, in the residual's step; its centre of 32 comes off each
-//! plane's per-16 sums.
+//! Q6_K on x86: products two by two (codes up to 63: 32,004 per i16 lane), each pair then
+//! multiplied-and-added with the rows' signed scales. With VNNI the planes meet in i32 per
+//! sixteen less the combined centre and the scale applies in f32; without it each plane sums
+//! in i32 over a block (at most 16 · 16 · 32 · 127 · 128), the two meeting in f32 once per
+//! block, in the residual's step; its centre of 32 comes off each plane's per-16 sums.
 
-use super::super::q4k::{self, qs_at};
-use super::super::q6k::{self, qh_at, ql_at};
+use super::super::x86::{block, combine, planes, stored, Blocks, Lanes};
 use super::super::{ActRow, Kind};
-use super::blocks32::nibbles32;
-use super::lanes::{Blocks, Lanes};
-use super::{block, combine, planes, stored};
-
-/// The dots of the groups with `R` activation rows, each group of weights decoded once for
-/// all of them (prefill: 4 rows).
-///
-/// # Safety
-/// `V`'s level's features; `guarded`'s checks passed for the groups and every row, and every
-/// row has a residual plane exactly when `PAIRED`.
-#[inline(always)]
-pub(in crate::qdot::interleaved) unsafe fn q4k_dot<V: Lanes, const PAIRED: bool, const R: usize>(
-    groups: Blocks,
-    nb: usize,
-    xs: &[&ActRow; R],
-) -> [[f32; 16]; R] {
-    // SAFETY: loads inside group-block `b` of each group and block `b` of every activation
-    // row (`guarded`); the caller has the features.
-    unsafe {
-        let m4 = V::splat8(0x0f);
-        let (value, residual) = planes(xs);
-        let mut acc = [V::zero_f(); R];
-        let mut min_acc = [V::zero_f(); R];
-        for b in 0..nb {
-            let p = block(groups, b, q4k::Q4K::GROUP_BLOCK, R == 1);
-            let d = V::halves(p, q4k::D);
-            let dmin = V::halves(p, q4k::DMIN);
-            let mut sums = [V::zero_f(); R];
-            let mut mins = [V::zero_f(); R];
-            for s in 0..8 {
-                let scale = V::cvt(V::eight::<false>(p, q4k::SCALES + 8 * s));
-                let min = V::cvt(V::eight::<false>(p, q4k::MINS + 8 * s));
-                let mut w = [(V::zero(), V::zero()); 4];
-                for (c, w) in w.iter_mut().enumerate() {
-                    let q = V::load(p, qs_at(s, c, 0, 0));
-                    *w = (V::and(q, m4), V::and(V::srli16::<4>(q), m4));
-                }
-                let at = 256 * b + 32 * s;
-                for r in 0..R {
-                    let x_sums = V::splat_f(*xs[r].sums32_f.get_unchecked(8 * b + s));
-                    mins[r] = V::fmadd(min, x_sums, mins[r]);
-                    let mut dot = nibbles32::<V, false>(&w, value[r].add(at));
-                    if PAIRED {
-                        let res = nibbles32::<V, false>(&w, residual[r].add(at));
-                        dot = V::add32(V::slli32::<8>(dot), res);
-                    }
-                    sums[r] = V::fmadd(V::cvt(dot), scale, sums[r]);
-                }
-            }
-            for r in 0..R {
-                let step = V::splat_f(*xs[r].steps.get_unchecked(b));
-                acc[r] = V::fmadd(sums[r], V::mul(d, step), acc[r]);
-                min_acc[r] = V::fmadd(mins[r], V::mul(dmin, step), min_acc[r]);
-            }
-        }
-        for r in 0..R {
-            acc[r] = V::sub_f(acc[r], min_acc[r]);
-        }
-        stored::<V, R>(acc)
-    }
-}
+use super::{qh_at, ql_at, Q6K};
 
 /// One row's dots with Q6_K's 16 weights `w` (weights i, 4 + i, 8 + i, 12 + i of each row)
 /// at `codes`, unscaled (VNNI levels).
@@ -134,13 +69,13 @@ pub(in crate::qdot::interleaved) unsafe fn q6k_dot<V: Lanes, const PAIRED: bool,
         let (value, residual) = planes(xs);
         let mut acc = [V::zero_f(); R];
         for b in 0..nb {
-            let p = block(groups, b, q6k::Q6K::GROUP_BLOCK, R == 1);
-            let d = V::halves(p, q6k::D);
+            let p = block(groups, b, Q6K::GROUP_BLOCK, R == 1);
+            let d = V::halves(p, super::D);
             let mut sums_f = [V::zero_f(); R];
             let mut sums_v = [V::zero(); R];
             let mut sums_r = [V::zero(); R];
             for g in 0..16 {
-                let scale = V::eight::<true>(p, q6k::SCALES + 8 * g);
+                let scale = V::eight::<true>(p, super::SCALES + 8 * g);
                 let ql0 = V::load(p, ql_at(g, 0, 0, 0));
                 let ql1 = V::load(p, ql_at(g, 1, 0, 0));
                 let qh = V::load(p, qh_at(g, 0, 0));
