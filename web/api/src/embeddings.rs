@@ -7,8 +7,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::error::RequestError;
 use crate::format::Reply;
-use crate::prepare::{RequestError, Served};
+use crate::prepare::Served;
 use crate::types::PromptInput;
 
 /// Inputs one request may embed (OpenAI's limit).

@@ -6,7 +6,7 @@ use infer_core::{ChatMessage, SamplingParams};
 use serde_json::{json, Value};
 
 use crate::defaults::RequestDefaults;
-use crate::prepare::RequestError;
+use crate::error::RequestError;
 use crate::types::{
     ChatMessageIn, ChatRequest, MessageContent, SamplingFields, StructuredFields, IGNORED_FIELDS,
 };

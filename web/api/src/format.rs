@@ -5,7 +5,7 @@
 use infer_core::{CompletionOutput, FinishReason, RequestOutput, TokenLogprobs, Tokenizer};
 use serde_json::{json, Value};
 
-use crate::prepare::RequestError;
+use crate::error::RequestError;
 use crate::types::Usage;
 
 pub const COMPLETION: &str = "text_completion";

@@ -5,6 +5,7 @@
 
 pub mod defaults;
 pub mod embeddings;
+pub mod error;
 pub mod fields;
 pub mod format;
 pub mod openapi;
@@ -16,5 +17,5 @@ pub mod tokenize;
 pub mod tools;
 pub mod types;
 
-pub use prepare::RequestError;
+pub use error::RequestError;
 pub use types::*;

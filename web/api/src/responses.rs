@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::prepare::RequestError;
+use crate::error::RequestError;
 use crate::types::{ChatRequest, Usage};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::prepare::RequestError;
+use crate::error::RequestError;
 
 /// OpenAI's `response_format`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

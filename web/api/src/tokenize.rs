@@ -1,7 +1,8 @@
 //! vLLM's tokenizer endpoints as the served model answers them: `/tokenize` (a prompt, or
 //! chat messages through the template), `/detokenize` and `/tokenizer_info`.
 
-use crate::prepare::{chat_messages, RequestError, Served};
+use crate::error::RequestError;
+use crate::prepare::{chat_messages, Served};
 use crate::tools;
 use crate::types::{DetokenizeRequest, TokenizeRequest};
 

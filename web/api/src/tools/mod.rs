@@ -17,7 +17,7 @@ pub use parse::{CallFormat, ToolCallParser};
 pub use replies::ChatReplies;
 pub use stream::{StreamDelta, ToolCall, ToolStream};
 
-use crate::prepare::RequestError;
+use crate::error::RequestError;
 
 /// One entry of `tools`.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
