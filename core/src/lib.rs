@@ -12,7 +12,6 @@ pub mod config;
 pub mod dummy;
 pub mod engine;
 pub mod error;
-pub mod generate;
 pub mod gguf;
 pub mod hf;
 #[cfg(feature = "native")]
@@ -39,11 +38,10 @@ pub use batch::{BatchInput, SequenceChunk};
 pub use config::{Activation, Features, ModelConfig, NormPlacement, QkNorm};
 pub use engine::{
     CompletedRequest, CompletionOutput, Engine, EngineConfig, EngineOptions, EngineStats, Executor,
-    ModelExecutor, Prompt, RequestMetrics, RequestOutput, SequenceDelta, Speculation, StepLogits,
-    StopReason, TokenLogprobs, TopLogprob,
+    FinishReason, ModelExecutor, Prompt, RequestMetrics, RequestOutput, SequenceDelta, Speculation,
+    StepLogits, StopReason, TokenLogprobs, TopLogprob,
 };
 pub use error::{InferError, Result};
-pub use generate::{FinishReason, GenerationOutput, Generator};
 /// A compiled structured-output constraint (llguidance's matcher) for `add_request_compiled`.
 pub use llguidance::Matcher as GrammarMatcher;
 #[cfg(feature = "native")]

@@ -7,7 +7,9 @@ use std::path::Path;
 use half::{bf16, f16};
 use infer_core::model::names::Format;
 use infer_core::weights::{permute_qk_rows, LayerWeight, WeightName};
-use infer_core::{ModelConfig, ModelFiles, RopeStyle};
+use infer_core::{ModelConfig, RopeStyle};
+
+use crate::Loaded;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::json;
 
@@ -36,7 +38,7 @@ pub fn config_json(c: &ModelConfig) -> serde_json::Value {
 }
 
 /// Writes `files` (a GGUF-loaded llama model) into `dir` as an HF model directory.
-pub fn write_hf_dir(files: &ModelFiles, dir: &Path, dtype: SaveDtype) {
+pub fn write_hf_dir(files: &Loaded, dir: &Path, dtype: SaveDtype) {
     let c = &files.config;
     let mut names = vec![WeightName::Embed, WeightName::FinalNorm];
     if !c.tie_word_embeddings {

@@ -11,7 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 
 use infer_core::{
-    open_model, Backend, BatchInput, Generator, Model, ModelFiles, SequenceChunk, Tokenizer,
+    open_model, Backend, BatchInput, CompletionOutput, EngineOptions, Model, ModelConfig,
+    PreemptionMode, SamplingParams, SchedulerConfig, SequenceChunk, Tokenizer, WeightSource,
 };
 use infer_cpu::CpuBackend;
 
@@ -48,8 +49,10 @@ pub fn cpu_backends() -> [CpuBackend; 3] {
 }
 
 pub struct Loaded {
-    pub files: ModelFiles,
-    pub model: Model<CpuBackend>,
+    pub config: ModelConfig,
+    pub weights: Box<dyn WeightSource>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub model: Arc<Model<CpuBackend>>,
     pub backend: CpuBackend,
 }
 
@@ -69,8 +72,10 @@ pub fn load_cpu_with(spec: &str, backend: CpuBackend) -> Loaded {
     )
     .unwrap_or_else(|e| panic!("loading {spec}: {e}"));
     Loaded {
-        files,
-        model,
+        config: files.config,
+        weights: files.weights,
+        tokenizer: Arc::new(files.tokenizer),
+        model: Arc::new(model),
         backend,
     }
 }
@@ -97,8 +102,72 @@ impl Loaded {
         logits.as_f32().unwrap().to_vec()
     }
 
-    pub fn generator(&self) -> Generator<'_, CpuBackend> {
-        Generator::new(&self.backend, &self.model, &self.files.tokenizer)
+    /// Generates one sequence from `prompt` through the serving engine (scheduler, block
+    /// manager, sampler, detokenizer, stop checks: the path production runs), in KV blocks of
+    /// 16 tokens with prefill chunks of up to 512; `on_text` gets each streamed text delta.
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(&str),
+    ) -> CompletionOutput {
+        self.generate_in(prompt, params, 16, 512, on_text)
+    }
+
+    /// `generate` with `block_size`-token KV blocks and a token budget of `prefill_chunk` a
+    /// step (prompts longer than it are prefilled in chunks).
+    pub fn generate_in(
+        &self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        block_size: usize,
+        prefill_chunk: usize,
+        on_text: &mut dyn FnMut(&str),
+    ) -> CompletionOutput {
+        let capacity = prompt.len() + params.max_tokens.unwrap_or(self.model.max_model_len());
+        let options = EngineOptions {
+            block_size,
+            num_kv_blocks: Some(
+                capacity
+                    .min(self.model.max_model_len())
+                    .div_ceil(block_size)
+                    + 1,
+            ),
+            kv_cache_bytes: 0,
+            kv_cache_bytes_exact: false,
+            gpu_memory_utilization: 0.9,
+            swap_bytes: 0,
+            scheduler: SchedulerConfig {
+                max_num_seqs: 1,
+                max_num_batched_tokens: prefill_chunk,
+                preemption_mode: PreemptionMode::Recompute,
+            },
+            prefix_caching: false,
+        };
+        let mut engine = options
+            .build(
+                self.backend.clone(),
+                self.model.clone(),
+                Some(self.tokenizer.clone()),
+                false,
+                None,
+                None,
+            )
+            .expect("building the engine");
+        engine
+            .add_request("0", prompt.to_vec(), params.clone())
+            .expect("adding the request");
+        loop {
+            for out in engine.step().expect("engine step") {
+                for d in &out.deltas {
+                    on_text(&d.text_delta);
+                }
+                if let Some(mut outputs) = out.outputs {
+                    engine.scheduler().check_invariants().unwrap();
+                    return outputs.remove(0);
+                }
+            }
+        }
     }
 }
 

@@ -57,7 +57,7 @@ fn fixture() -> Fixture {
 }
 
 fn prompt_ids(m: &Loaded, case: &Case) -> Vec<u32> {
-    let tk = &m.files.tokenizer;
+    let tk = &m.tokenizer;
     if case.chat {
         let text = tk
             .apply_chat_template(&[ChatMessage::user(&case.user_text)], true)
@@ -81,10 +81,10 @@ fn prompt_ids_match_reference_tokenizer() {
         assert_eq!(prompt_ids(&m, case), case.prompt_ids, "{}", case.name);
     }
     for case in &f.tokenizer_cases {
-        let ids = m.files.tokenizer.encode(&case.text, true).unwrap();
+        let ids = m.tokenizer.encode(&case.text, true).unwrap();
         assert_eq!(ids, case.ids, "{:?}", case.text);
         assert_eq!(
-            m.files.tokenizer.decode(&ids, false).unwrap(),
+            m.tokenizer.decode(&ids, false).unwrap(),
             case.text,
             "round trip"
         );
@@ -129,12 +129,9 @@ fn last_position_logits_match_float64_reference() {
 fn greedy_tokens_match_reference_up_to_near_ties() {
     let f = fixture();
     let m = load_cpu(&smollm2_path());
-    let gen = m.generator();
     for case in &f.cases {
         let params = infer_core::SamplingParams::greedy(case.greedy_ids.len());
-        let out = gen
-            .generate(&case.prompt_ids, &params, &mut |_| {})
-            .unwrap();
+        let out = m.generate(&case.prompt_ids, &params, &mut |_| {});
         let first_diff = out
             .token_ids
             .iter()
@@ -163,15 +160,12 @@ fn chat_answer_is_paris_and_stops_at_im_end() {
     let m = load_cpu(&smollm2_path());
     let params = infer_core::SamplingParams::greedy(32);
     let mut streamed = String::new();
-    let out = m
-        .generator()
-        .generate(&case.prompt_ids, &params, &mut |d| streamed.push_str(d))
-        .unwrap();
+    let out = m.generate(&case.prompt_ids, &params, &mut |d| streamed.push_str(d));
     assert_eq!(out.text, "The capital of France is Paris.");
     assert_eq!(streamed, out.text);
     assert_eq!(
         out.token_ids.last(),
-        m.files.tokenizer.token_to_id("<|im_end|>").as_ref()
+        m.tokenizer.token_to_id("<|im_end|>").as_ref()
     );
     assert_eq!(out.finish_reason, infer_core::FinishReason::Stop);
 }

@@ -17,18 +17,15 @@ fn load_exact(path: &str) -> Loaded {
 fn smollm2_gguf_and_safetensors_give_the_same_logits() {
     let gguf = load_exact(&smollm2_path());
     let dir = tempfile::tempdir().unwrap();
-    write_hf_dir(&gguf.files, dir.path(), SaveDtype::F32);
+    write_hf_dir(&gguf, dir.path(), SaveDtype::F32);
     let hf = load_cpu(dir.path().to_str().unwrap());
-    assert_eq!(gguf.files.config.rope_style, RopeStyle::AdjacentPairs);
-    assert_eq!(hf.files.config.rope_style, RopeStyle::HalfSplit);
-    assert_eq!(
-        hf.files.tokenizer.eos_token_ids(),
-        gguf.files.tokenizer.eos_token_ids()
-    );
+    assert_eq!(gguf.config.rope_style, RopeStyle::AdjacentPairs);
+    assert_eq!(hf.config.rope_style, RopeStyle::HalfSplit);
+    assert_eq!(hf.tokenizer.eos_token_ids(), gguf.tokenizer.eos_token_ids());
 
     let text = "The Eiffel Tower is located in the city of";
-    let ids = gguf.files.tokenizer.encode(text, true).unwrap();
-    assert_eq!(hf.files.tokenizer.encode(text, true).unwrap(), ids);
+    let ids = gguf.tokenizer.encode(text, true).unwrap();
+    assert_eq!(hf.tokenizer.encode(text, true).unwrap(), ids);
     let (a, b) = (gguf.last_logits(&ids), hf.last_logits(&ids));
     let diff = max_abs_diff(&a, &b);
     // Identical weights; only float summation order differs (the rotated pairs are permuted).
@@ -49,7 +46,7 @@ fn tiny_model_in_f16_and_bf16_matches_f32_within_rounding() {
         (SaveDtype::BF16, 2e-1),
     ] {
         let hf_dir = tempfile::tempdir().unwrap();
-        write_hf_dir(&reference.files, hf_dir.path(), dtype);
+        write_hf_dir(&reference, hf_dir.path(), dtype);
         let got = load_cpu(hf_dir.path().to_str().unwrap()).last_logits(&ids);
         let diff = max_abs_diff(&want, &got);
         assert!(diff < tol, "max |logit diff| {diff} >= {tol}");
@@ -63,7 +60,7 @@ fn sharded_safetensors_load_through_the_index() {
     std::fs::write(&gguf_path, tiny_llama(3).to_bytes()).unwrap();
     let reference = load_exact(gguf_path.to_str().unwrap());
     let hf_dir = tempfile::tempdir().unwrap();
-    write_hf_dir(&reference.files, hf_dir.path(), SaveDtype::F32);
+    write_hf_dir(&reference, hf_dir.path(), SaveDtype::F32);
 
     // Split model.safetensors into two shards by tensor name and write the index.
     let whole = std::fs::read(hf_dir.path().join("model.safetensors")).unwrap();

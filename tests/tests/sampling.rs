@@ -142,7 +142,7 @@ fn beam_search_matches_the_reference_script() {
 fn stop_strings_match_across_token_boundaries_and_are_never_streamed() {
     let s = smol();
     let m = &s.loaded;
-    let tk = &m.files.tokenizer;
+    let tk = &m.tokenizer;
     let prompt = tk
         .encode(
             "The quick brown fox jumps over the lazy dog. In the morning, the fox",
@@ -190,7 +190,7 @@ fn stop_strings_match_across_token_boundaries_and_are_never_streamed() {
 fn emoji_and_cjk_stream_without_replacement_characters() {
     let s = smol();
     let m = &s.loaded;
-    let tk = &m.files.tokenizer;
+    let tk = &m.tokenizer;
     let text = "Emoji 🎉🚀👩‍💻 and CJK 你好，世界 日本語のテキスト 한국어";
     let ids = tk.encode(text, false).unwrap();
     let mut d = IncrementalDetokenizer::new(&[], true);
@@ -231,7 +231,7 @@ fn emoji_and_cjk_stream_without_replacement_characters() {
 fn logprobs_match_independent_forwards_and_top_k_one_is_greedy() {
     let s = smol();
     let m = &s.loaded;
-    let tk = &m.files.tokenizer;
+    let tk = &m.tokenizer;
     let prompt = tk
         .encode("Compute 12345 + 67890 = 80235. Then", true)
         .unwrap();

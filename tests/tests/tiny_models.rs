@@ -53,7 +53,7 @@ fn logits_and_greedy_tokens_match_float64_reference() {
         .flat_map(|c| cpu_backends().map(|b| (c.clone(), b)))
     {
         let m = load_cpu_with(&path(&case), backend);
-        let c = &m.files.config;
+        let c = &m.config;
         let expected_style = if case.name.starts_with("qwen2") {
             RopeStyle::HalfSplit
         } else {
@@ -70,16 +70,11 @@ fn logits_and_greedy_tokens_match_float64_reference() {
         };
         assert!(diff <= tolerance, "{}: max |logit diff| {diff}", case.name);
 
-        let mut gen = m.generator();
-        gen.block_size = 4;
-        gen.prefill_chunk = 5;
         let params = infer_core::SamplingParams {
             ignore_eos: true,
             ..infer_core::SamplingParams::greedy(case.greedy_ids.len())
         };
-        let out = gen
-            .generate(&case.prompt_ids, &params, &mut |_| {})
-            .unwrap();
+        let out = m.generate_in(&case.prompt_ids, &params, 4, 5, &mut |_| {});
         if let Some(i) = out
             .token_ids
             .iter()
@@ -105,7 +100,7 @@ fn hf_directories_match_their_gguf() {
         // K-quant path runs on 8-bit activations (checked against references in infer-cpu).
         let gguf = load_cpu_with(&path(&case), CpuBackend::f32_weights());
         let dir = tempfile::tempdir().unwrap();
-        write_hf_dir(&gguf.files, dir.path(), SaveDtype::F32);
+        write_hf_dir(&gguf, dir.path(), SaveDtype::F32);
         if let Some(scaling) = &case.llama3_rope_scaling {
             // GGUF carries Llama 3.1 scaling as `rope_freqs`; HF as a config entry.
             let cfg_path = dir.path().join("config.json");
@@ -117,7 +112,7 @@ fn hf_directories_match_their_gguf() {
             std::fs::write(&cfg_path, cfg.to_string()).unwrap();
         }
         let hf = load_cpu(dir.path().to_str().unwrap());
-        assert_eq!(hf.files.config.rope_style, RopeStyle::HalfSplit);
+        assert_eq!(hf.config.rope_style, RopeStyle::HalfSplit);
         let diff = max_abs_diff(
             &gguf.last_logits(&case.prompt_ids),
             &hf.last_logits(&case.prompt_ids),

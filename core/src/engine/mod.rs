@@ -5,6 +5,7 @@ mod admission;
 mod builder;
 mod embed;
 mod executor;
+mod finish;
 #[cfg(test)]
 mod group_tests;
 mod job;
@@ -28,6 +29,7 @@ use std::time::Duration;
 pub use crate::backend::{PendingLogits, StepLogits};
 pub use builder::{EngineOptions, Speculation};
 pub use executor::{Executor, ModelExecutor};
+pub use finish::FinishReason;
 use request::Request;
 pub use request::{
     CompletedRequest, CompletionOutput, Prompt, RequestMetrics, RequestOutput, SequenceDelta,

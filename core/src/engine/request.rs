@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use llguidance::Matcher;
 
+use super::finish::FinishReason;
 use crate::block_manager::SeqId;
-use crate::generate::FinishReason;
 use crate::sampling::{OutputText, SamplingParams};
 use crate::tokenizer::IncrementalDetokenizer;
 

@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
+use super::finish::FinishReason;
 use super::request::{Member, Request};
 use super::{CompletionOutput, EngineStats, SequenceDelta, StopReason, TokenLogprobs, TopLogprob};
 use crate::block_manager::SeqId;
 use crate::error::{InferError, Result};
-use crate::generate::FinishReason;
 use crate::sampling::{beam, holdback, Sample, SampledRow};
 use crate::scheduler::Scheduler;
 use crate::tokenizer::Tokenizer;

@@ -3,9 +3,9 @@
 
 use proptest::prelude::*;
 
+use super::finish::FinishReason;
 use super::testing::{simulated_next_token, SimulatedKvExecutor};
 use super::*;
-use crate::generate::FinishReason;
 use crate::scheduler::PreemptionMode;
 
 const VOCAB: usize = 1000;
