@@ -1,13 +1,11 @@
 #!/usr/bin/env python3
-"""Lists two-file import circles inside each crate of the workspace: module A names module B
-(`crate::b::…`, `super::b::…`) while B names A, neither inside the other (a parent and its
-child modules may name each other). Test files (`tests.rs`, `tests/` folders) are left out.
-CI runs it with `--known scripts/import_circles.txt`, the circles not yet broken (issue 38):
-it fails on any circle not listed there, and on a listed one that is gone (take it off the
-list), so the list only shrinks.
+"""Fails on an import circle between files inside a crate of the workspace: modules that
+name each other (`crate::b::…`, `super::b::…`), directly or through others, neither inside the
+other (a parent and its child modules may name each other). Each circle is printed as the
+files it runs through. Test files (`tests.rs`, `tests/` folders) are left out. CI runs it
+(scripts/test.sh); the workspace has none since issue 38.
 
-  python3 scripts/import_circles.py                                      # list them all
-  python3 scripts/import_circles.py --known scripts/import_circles.txt   # CI's check
+  python3 scripts/import_circles.py
 """
 import os
 import re
@@ -95,33 +93,54 @@ def edges(module, file, known):
     return found
 
 
+def circles(graph):
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    sys.setrecursionlimit(10_000)
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
 def main():
-    known_file = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--known" else None
-    if len(sys.argv) > 1 and not known_file:
-        sys.exit("usage: import_circles.py [--known FILE]")
-    circles = []
+    if len(sys.argv) > 1:
+        sys.exit("usage: import_circles.py")
+    found = []
     for src in sorted(crates()):
         known = modules(src)
         graph = {m: edges(m, f, known) for m, f in known.items()}
-        for a, targets in graph.items():
-            for b in targets:
-                if a < b and a in graph.get(b, ()):
-                    circles.append((os.path.relpath(known[a], ROOT), os.path.relpath(known[b], ROOT)))
-    found = {f"{a} <-> {b}" for a, b in circles}
-    if not known_file:
-        for line in sorted(found):
-            print(line)
-        print(f"{len(found)} circle(s)", file=sys.stderr)
-        return 1 if found else 0
-    with open(known_file, encoding="utf-8") as f:
-        known = {line.strip() for line in f if line.strip() and not line.startswith("#")}
-    new, gone = sorted(found - known), sorted(known - found)
-    for line in new:
-        print(f"new import circle: {line} (break it: move what both need below them)")
-    for line in gone:
-        print(f"no longer a circle, take it off {known_file}: {line}")
-    print(f"{len(found)} known circle(s) left", file=sys.stderr)
-    return 1 if new or gone else 0
+        for component in circles(graph):
+            files = sorted(os.path.relpath(known[m], ROOT) for m in component)
+            found.append(" <-> ".join(files))
+    for line in found:
+        print(f"import circle: {line} (break it: move what they share below them)")
+    print(f"{len(found)} import circle(s)", file=sys.stderr)
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@
 //! metadata.
 
 use crate::error::{InferError, Result};
-pub use crate::model::registry::Family;
 pub use crate::moe::{MoeRouting, MoeScoring};
 pub use crate::rope::{Rope, RopeScaling, RopeStyle};
 
@@ -89,6 +88,23 @@ pub struct Moe {
     pub sparse_layers: Vec<bool>,
     /// The router and every expert projection carry biases (gpt-oss).
     pub biases: bool,
+}
+
+/// The families infer runs (`model::registry` has each one's spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    Gemma2,
+    Gemma3,
+    Phi3,
+    Granite,
+    Olmo2,
+    Qwen3Moe,
+    Mixtral,
+    GptOss,
 }
 
 #[derive(Debug, Clone, PartialEq)]

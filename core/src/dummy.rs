@@ -12,8 +12,8 @@ use crate::config::ModelConfig;
 use crate::error::{InferError, Result};
 use crate::gguf::GgmlType;
 use crate::gguf::GgufFile;
-use crate::hf::parse_config;
 use crate::hub::{resolve, ModelLocation};
+use crate::model::read_config::parse_hf_config;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{HostTensor, LayerWeight, PackedTensor, WeightName, WeightSource};
 
@@ -199,7 +199,7 @@ impl WeightSource for DummyWeights {
 pub fn open_dummy_config(spec: &str) -> Result<(ModelConfig, Option<Tokenizer>)> {
     let path = Path::new(spec);
     if path.is_file() && path.extension().is_some_and(|e| e == "json") {
-        let config = parse_config(path)?;
+        let config = parse_hf_config(path)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         return Ok((config, hf_tokenizer(dir)?));
     }
@@ -209,7 +209,7 @@ pub fn open_dummy_config(spec: &str) -> Result<(ModelConfig, Option<Tokenizer>)>
             Ok((gguf.model_config()?, Some(Tokenizer::from_gguf(&gguf)?)))
         }
         ModelLocation::HfDir(dir) => {
-            let config = parse_config(&dir.join("config.json"))?;
+            let config = parse_hf_config(&dir.join("config.json"))?;
             Ok((config, hf_tokenizer(&dir)?))
         }
     }

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod hf;
+pub mod host_tensor;
 #[cfg(feature = "native")]
 pub mod hub;
 #[cfg(feature = "native")]

@@ -7,8 +7,9 @@ use std::path::Path;
 use crate::config::ModelConfig;
 use crate::error::{InferError, Result};
 use crate::gguf::GgufFile;
-use crate::hf::{parse_config, read_json, SafetensorsWeights};
+use crate::hf::{read_json, SafetensorsWeights};
 use crate::hub::{resolve, ModelLocation};
+use crate::model::read_config::parse_hf_config;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{ModelWeights, WeightSource};
 
@@ -34,7 +35,7 @@ pub fn open_model(spec: &str) -> Result<ModelFiles> {
             })
         }
         ModelLocation::HfDir(dir) => {
-            let config = parse_config(&dir.join("config.json"))?;
+            let config = parse_hf_config(&dir.join("config.json"))?;
             let tokenizer = Tokenizer::from_hf_dir(dir, &hf_eos_ids(dir)?)?;
             let weights = SafetensorsWeights::open(dir)?;
             Ok(ModelFiles {

@@ -101,7 +101,7 @@ fn every_committed_config_parses() {
         if !path.exists() {
             continue;
         }
-        let c = infer_core::hf::parse_config(&path)
+        let c = infer_core::model::read_config::parse_hf_config(&path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         seen.push((path, c));
     }

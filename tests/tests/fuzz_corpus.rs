@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use infer_core::gguf::{read_untrusted, GgufFile};
+use infer_core::gguf::GgufFile;
+use infer_core::model::read_config::read_untrusted;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

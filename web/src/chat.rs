@@ -14,10 +14,11 @@ use warp::reply::{Reply as _, Response};
 
 use crate::api::{ChatRequest, Usage};
 use crate::body::Parsed;
-use crate::completions::{finish, sse_data, sse_reply, sse_tail, UsageRead};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
 use crate::filters::blocking;
+use crate::finished::finish;
+use crate::sse::{sse_data, sse_reply, sse_tail, UsageRead};
 use crate::state::ServerState;
 
 pub async fn handle(state: Arc<ServerState>, req: Parsed<ChatRequest>) -> Response {

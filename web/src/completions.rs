@@ -9,63 +9,17 @@ use infer_api::format::{
     completion_echo_choices, completion_stream_choices, CompletionReply, FinishedPrompt, Reply,
     RunningUsage, TokenNames, UsageCounter, COMPLETION as OBJECT,
 };
-use infer_core::{CompletionOutput, TokenLogprobs};
 use serde_json::{json, Value};
 use warp::reply::{Reply as _, Response};
 
-use crate::api::{CompletionRequest, Usage};
+use crate::api::CompletionRequest;
 use crate::body::Parsed;
 use crate::engine_loop::{Event, Events, NewRequest};
 use crate::errors::ApiError;
 use crate::filters::blocking;
+use crate::finished::finish;
+use crate::sse::{sse_data, sse_reply, sse_tail, UsageRead};
 use crate::state::ServerState;
-
-/// A request's last output.
-pub struct Finished {
-    pub outputs: Vec<CompletionOutput>,
-    pub prompt_len: usize,
-    /// Prompt tokens served from the prefix cache.
-    pub cached: usize,
-    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
-}
-
-/// Waits for a request's last output.
-pub async fn finish(mut events: Events) -> Result<Finished, ApiError> {
-    while let Some(ev) = events.recv().await {
-        match ev {
-            Event::Output(out) => {
-                if let Some(outputs) = out.outputs {
-                    return Ok(Finished {
-                        outputs,
-                        prompt_len: out.metrics.num_prompt_tokens,
-                        cached: out.metrics.num_cached_tokens.unwrap_or(0),
-                        prompt_logprobs: out.prompt_logprobs,
-                    });
-                }
-            }
-            // Cut off by shutdown: 503, which clients retry (elsewhere); an engine failure: 500.
-            Event::Failed {
-                message,
-                shutdown: true,
-            } => {
-                return Err(
-                    ApiError::new(warp::http::StatusCode::SERVICE_UNAVAILABLE, message)
-                        .code(crate::errors::SHUTTING_DOWN),
-                )
-            }
-            Event::Failed { message, .. } => {
-                return Err(ApiError::new(
-                    warp::http::StatusCode::INTERNAL_SERVER_ERROR,
-                    message,
-                ))
-            }
-        }
-    }
-    Err(ApiError::new(
-        warp::http::StatusCode::INTERNAL_SERVER_ERROR,
-        "the request ended without output",
-    ))
-}
 
 pub async fn handle(state: Arc<ServerState>, req: Parsed<CompletionRequest>) -> Response {
     match run(state, req).await {
@@ -148,49 +102,6 @@ async fn run(
 
 /// (prompt, completion) tokens counted while streaming.
 pub type UsageCount = Arc<std::sync::Mutex<UsageCounter>>;
-
-/// Reads a stream's usage once its last chunk went out.
-pub type UsageRead = Box<dyn FnOnce() -> Usage + Send + Sync>;
-
-/// The end of a stream: the usage chunk when asked, then `[DONE]`.
-pub fn sse_tail(
-    reply: Reply,
-    object: &'static str,
-    usage: Option<UsageRead>,
-) -> impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static {
-    stream::once(async move {
-        let mut events = Vec::new();
-        if let Some(usage) = usage {
-            let u = reply.chunk(object, json!([]), Some(usage()));
-            events.push(sse_data(&u.to_string()));
-        }
-        events.push(sse_data("[DONE]"));
-        stream::iter(events)
-    })
-    .flatten()
-}
-
-/// One SSE event as OpenAI writes it.
-pub fn sse_data(data: &str) -> Result<String, Infallible> {
-    Ok(format!("data: {data}\n\n"))
-}
-
-/// A `text/event-stream` response over `events`.
-pub fn sse_reply(
-    events: impl Stream<Item = Result<String, Infallible>> + Send + Sync + 'static,
-) -> Response {
-    let mut r = warp::reply::stream(events).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        "content-type",
-        warp::http::HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(
-        "cache-control",
-        warp::http::HeaderValue::from_static("no-cache"),
-    );
-    r
-}
 
 /// SSE: a chunk per sequence delta (or per finished output for requests that only know their
 /// outputs at the end), a usage chunk when asked, then `[DONE]`. Dropping the stream (the client

@@ -14,10 +14,11 @@ use warp::reply::{Reply as _, Response};
 
 use crate::api::Usage;
 use crate::body::Parsed;
-use crate::completions::{finish, sse_reply};
 use crate::engine_loop::{Event, Events};
 use crate::errors::ApiError;
 use crate::filters::blocking;
+use crate::finished::finish;
+use crate::sse::sse_reply;
 use crate::state::{unix_now, ServerState};
 
 pub async fn handle(state: Arc<ServerState>, req: Parsed<ResponsesRequest>) -> Response {

@@ -5,8 +5,10 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use infer_core::backend::AttentionParams;
 use infer_core::error::Result;
 
-use crate::backend::{u32_arg, CudaBackend, CudaBatch};
+use crate::backend::CudaBackend;
+use crate::batch::CudaBatch;
 use crate::cache::CudaKvCache;
+use crate::error::u32_arg;
 use crate::error::{op_err, CudaError};
 use crate::kernels::{ATTENTION_PARTITION, ATTENTION_THREADS, MAX_HEAD_DIM};
 use crate::tensor::{CudaTensor, Storage};

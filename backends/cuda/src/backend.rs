@@ -1,20 +1,21 @@
 //! The `Backend` trait on CUDA: every op is enqueued on the device's one stream (kernels from
 //! `kernels/`, GEMMs through cuBLAS); `to_host` and `argmax_to_host` are the sync points.
 
+pub(crate) mod graph;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
-use infer_core::batch::BatchInput;
 use infer_core::error::Result;
 use infer_core::ProcessGroup;
 
 use crate::device::{elementwise, Device};
-use crate::error::{op_err, CudaError};
-use crate::graph::{StepGraphs, DEFAULT_MAX_CAPTURE};
+use crate::error::{op_err, u32_arg, CudaError};
 use crate::nccl::NcclComm;
 use crate::tensor::{CudaTensor, Storage};
+use graph::{StepGraphs, DEFAULT_MAX_CAPTURE};
 
 /// How weight matrices are kept on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,29 +41,6 @@ pub struct CudaBackend {
     pub(crate) nccl: Option<Arc<NcclComm>>,
     /// Decode steps recorded as CUDA graphs (`graph.rs`).
     pub(crate) graphs: Arc<StepGraphs>,
-}
-
-pub struct CudaBatch {
-    pub(crate) input: BatchInput,
-    pub(crate) token_ids: CudaSlice<u32>,
-    pub(crate) positions: CudaSlice<u32>,
-    pub(crate) slots: CudaSlice<u32>,
-    pub(crate) token_seq: CudaSlice<u32>,
-    pub(crate) block_tables: CudaSlice<u32>,
-    pub(crate) logits_indices: CudaSlice<u32>,
-    /// Largest context any token of the step attends over.
-    pub(crate) max_context: usize,
-    /// 512-key partitions the attention grid has: enough for `max_context` (a CUDA graph's
-    /// batch has more, for the contexts of the steps that replay it).
-    pub(crate) attention_parts: usize,
-    /// Largest KV slot written and block id read: the per-layer checks against the cache
-    /// compare these instead of scanning the batch every layer.
-    pub(crate) max_slot: Option<u32>,
-    pub(crate) max_block: Option<u32>,
-}
-
-pub(crate) fn u32_arg(op: &'static str, n: usize) -> std::result::Result<u32, CudaError> {
-    u32::try_from(n).map_err(|_| op_err(op, format!("{n} does not fit 32 bits")))
 }
 
 impl CudaBackend {

@@ -8,8 +8,10 @@ use infer_core::backend::KvCacheSpec;
 use infer_core::block_manager::{check_copies, BlockCopy};
 use infer_core::error::Result;
 
-use crate::backend::{u32_arg, CudaBackend, CudaBatch};
+use crate::backend::CudaBackend;
+use crate::batch::CudaBatch;
 use crate::device::launch_rows;
+use crate::error::u32_arg;
 use crate::error::{op_err, CudaError};
 use crate::tensor::CudaTensor;
 

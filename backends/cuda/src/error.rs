@@ -38,3 +38,7 @@ pub(crate) fn op_err(op: &'static str, detail: impl std::fmt::Display) -> CudaEr
         detail: detail.to_string(),
     }
 }
+
+pub(crate) fn u32_arg(op: &'static str, n: usize) -> std::result::Result<u32, CudaError> {
+    u32::try_from(n).map_err(|_| op_err(op, format!("{n} does not fit 32 bits")))
+}

@@ -5,10 +5,10 @@
 
 mod attention;
 mod backend;
+mod batch;
 mod cache;
 mod device;
 mod error;
-mod graph;
 pub mod kernels;
 mod moe;
 mod nccl;
@@ -17,11 +17,12 @@ mod ops;
 mod quant;
 mod tensor;
 
-pub use backend::{CudaBackend, CudaBatch, CudaWeights};
+pub use backend::graph::DEFAULT_MAX_CAPTURE;
+pub use backend::{CudaBackend, CudaWeights};
+pub use batch::CudaBatch;
 pub use cache::{CudaKvCache, CudaSwapSpace};
 pub use device::{check_devices, check_libraries};
 pub use error::CudaError;
-pub use graph::DEFAULT_MAX_CAPTURE;
 pub use moe::CudaRouting;
 pub use nccl::check_nccl;
 pub use quant::MATVEC_MAX_ROWS;

@@ -6,8 +6,9 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use infer_core::moe::{HostRouting, MoeRouting, MoeScoring};
 use infer_core::Result;
 
-use crate::backend::{u32_arg, CudaBackend};
+use crate::backend::CudaBackend;
 use crate::device::elementwise;
+use crate::error::u32_arg;
 use crate::error::{op_err, CudaError};
 use crate::kernels::MOE_MAX_EXPERTS;
 use crate::tensor::{CudaTensor, Storage};

@@ -2,8 +2,9 @@
 
 use cudarc::driver::PushKernelArg;
 
-use crate::backend::{u32_arg, CudaBackend};
+use crate::backend::CudaBackend;
 use crate::device::{launch_rows, threads_for};
+use crate::error::u32_arg;
 use crate::error::{op_err, CudaError};
 use crate::tensor::{CudaTensor, Storage};
 

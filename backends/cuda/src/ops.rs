@@ -10,9 +10,11 @@ use infer_core::error::{InferError, Result};
 use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::weights::{HostTensor, PackedTensor};
 
-use crate::backend::{u32_arg, CudaBackend, CudaBatch, CudaWeights};
+use crate::backend::{CudaBackend, CudaWeights};
+use crate::batch::CudaBatch;
 use crate::cache::{CudaKvCache, CudaSwapSpace};
 use crate::device::{elementwise, launch_rows, threads_for};
+use crate::error::u32_arg;
 use crate::error::{op_err, CudaError};
 use crate::quant::Matvec;
 use crate::tensor::{CudaTensor, Storage};
@@ -151,7 +153,7 @@ impl Backend for CudaBackend {
         &self,
         batch: &BatchInput,
         kv: &mut CudaKvCache,
-        body: &mut crate::graph::BodyFn<'_>,
+        body: &mut crate::backend::graph::BodyFn<'_>,
     ) -> Result<CudaTensor> {
         self.run_step_graphed(batch, kv, body)
     }

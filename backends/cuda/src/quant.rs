@@ -9,8 +9,9 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use infer_core::gguf::GgmlType;
 use infer_core::weights::PackedTensor;
 
-use crate::backend::{u32_arg, CudaBackend, CudaWeights};
+use crate::backend::{CudaBackend, CudaWeights};
 use crate::device::elementwise;
+use crate::error::u32_arg;
 use crate::error::{op_err, CudaError};
 use crate::tensor::{CudaTensor, Storage};
 

@@ -53,7 +53,7 @@ fn smollm2_packed_greedy_picks_only_what_the_cpu_rates_near_best() {
     let (got, _) = smollm2_greedy(g, &PROMPTS, 24);
     let reference = infer_tests::load_cpu_with(&infer_tests::smollm2_path(), cpu());
     for (p, (prompt, tokens)) in PROMPTS.iter().zip(&got).enumerate() {
-        let mut ids = reference.files.tokenizer.encode(prompt, true).unwrap();
+        let mut ids = reference.tokenizer.encode(prompt, true).unwrap();
         for (i, &t) in tokens.iter().enumerate() {
             let logits = reference.last_logits(&ids);
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -71,7 +71,7 @@ fn smollm2_packed_greedy_picks_only_what_the_cpu_rates_near_best() {
 
 /// The CPU's first `n` greedy tokens after `prompt`.
 fn reference_greedy_prefix(reference: &infer_tests::Loaded, prompt: &str, n: usize) -> Vec<u32> {
-    let mut ids = reference.files.tokenizer.encode(prompt, true).unwrap();
+    let mut ids = reference.tokenizer.encode(prompt, true).unwrap();
     let start = ids.len();
     for _ in 0..n {
         let logits = reference.last_logits(&ids);

@@ -2,32 +2,21 @@
 //! `recorder`); `to_host` and `argmax_to_host` submit and read back, so one engine step is one
 //! submission and reads back only logits rows or one id per row.
 
-use std::sync::Arc;
-
 use infer_core::backend::{
     AttentionParams, Backend, DeviceTensor, KvCacheSpec, PendingLogits, StepLogits,
 };
 use infer_core::batch::BatchInput;
 use infer_core::block_manager::BlockCopy;
 use infer_core::config::RopeStyle;
-use infer_core::error::{InferError, Result};
+use infer_core::error::Result;
 use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::weights::HostTensor;
 
 use crate::cache::{row_and_block, WgpuKvCache, WgpuSwapSpace};
-use crate::context::{GpuContext, GpuError};
+use crate::device::{gpu_err, WgpuBackend};
 use crate::kernels::{AttentionShape, GatedAct, WeightStorage};
 use crate::pool::GpuBuffer;
 use crate::tensor::{op_err, WgpuTensor};
-
-#[derive(Clone)]
-pub struct WgpuBackend {
-    pub(crate) ctx: Arc<GpuContext>,
-    /// How weight matrices are stored.
-    weights: WeightStorage,
-    /// Largest storage binding (the adapter's, lowered in tests to exercise splitting).
-    max_binding: u64,
-}
 
 pub struct WgpuBatch {
     input: BatchInput,
@@ -40,61 +29,7 @@ pub struct WgpuBatch {
     logits_indices: GpuBuffer,
 }
 
-pub(crate) fn gpu_err(e: GpuError) -> InferError {
-    InferError::Backend {
-        backend: "wgpu",
-        message: e.to_string(),
-    }
-}
-
 impl WgpuBackend {
-    /// Opens the adapter chosen by `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` (see `GpuContext`).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn new(weights: WeightStorage) -> Result<Self> {
-        let ctx = Arc::new(GpuContext::new().map_err(gpu_err)?);
-        Ok(Self::with_context(ctx, weights))
-    }
-
-    pub fn with_context(ctx: Arc<GpuContext>, weights: WeightStorage) -> Self {
-        let max_binding = ctx.limits.max_storage_buffer_binding_size;
-        WgpuBackend {
-            ctx,
-            weights,
-            max_binding,
-        }
-    }
-
-    /// Lowers the binding limit weights are split at (tests of the splitting path).
-    pub fn with_max_binding(mut self, bytes: u64) -> Self {
-        self.max_binding = bytes.min(self.max_binding);
-        self
-    }
-
-    pub fn context(&self) -> &GpuContext {
-        &self.ctx
-    }
-
-    pub(crate) fn check_binding(&self, what: &str, bytes: u64) -> Result<()> {
-        if bytes > self.max_binding {
-            return Err(op_err(
-                what,
-                format!(
-                    "{bytes} bytes exceed the adapter's {}-byte storage binding",
-                    self.max_binding
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    pub(crate) fn out(
-        &self,
-        r: crate::context::GpuResult<GpuBuffer>,
-        shape: Vec<usize>,
-    ) -> Result<WgpuTensor> {
-        Ok(WgpuTensor::activation(r.map_err(gpu_err)?, shape))
-    }
-
     /// `act(gate) * up` (SiLU, or GELU-tanh).
     fn gated_act(&self, gate: &WgpuTensor, up: &WgpuTensor, act: GatedAct) -> Result<WgpuTensor> {
         let op = match act {

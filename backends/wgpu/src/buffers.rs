@@ -6,27 +6,17 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytemuck::Pod;
 use futures_channel::oneshot;
 use wgpu::util::DeviceExt;
 
 use crate::context::{lock, GpuContext, GpuError, GpuResult};
 use crate::pool::{GpuBuffer, Use, STORAGE_USAGE};
-use infer_shaders::{self as shaders, Kernel};
+use infer_shaders::{self as shaders, FillParams, Kernel, KernelParams};
 
 /// Invocations per workgroup of the 1-D kernels (their `WG` override default).
 pub const WG: u32 = 64;
 /// Workgroups along x before a 1-D dispatch spills into y.
 const MAX_X: u32 = 65_535;
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct FillParams {
-    len: u32,
-    bits: u32,
-    row_stride: u32,
-    _pad: u32,
-}
 
 impl GpuContext {
     /// A device buffer holding `data`, owned by the caller (weights, tables).
@@ -85,10 +75,10 @@ impl GpuContext {
         if self.poison_outputs.load(Ordering::Relaxed) {
             let (grid, stride) = Self::grid_1d(len);
             let p = FillParams {
-                len: len as u32,
+                len: crate::kernels::u(len)?,
                 bits: f32::NAN.to_bits(),
                 row_stride: stride,
-                _pad: 0,
+                ..Default::default()
             };
             self.dispatch(&shaders::FILL, "main", &[&out], &p, grid)?;
         }
@@ -97,9 +87,9 @@ impl GpuContext {
 
     /// Records `kernel`'s `entry` with `buffers` bound at 0, 1, ... and `params` (a uniform
     /// laid out as the kernel's `Params`) after them. Empty grids record nothing.
-    pub fn dispatch<P: Pod>(
+    pub fn dispatch<P: KernelParams>(
         &self,
-        kernel: &Kernel,
+        kernel: &Kernel<P>,
         entry: &'static str,
         buffers: &[&GpuBuffer],
         params: &P,

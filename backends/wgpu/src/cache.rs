@@ -5,7 +5,7 @@ use infer_core::backend::KvCacheSpec;
 use infer_core::block_manager::{check_copies, BlockCopy};
 use infer_core::error::Result;
 
-use crate::backend::{gpu_err, WgpuBackend};
+use crate::device::{gpu_err, WgpuBackend};
 use crate::pool::GpuBuffer;
 use crate::tensor::op_err;
 

@@ -22,6 +22,8 @@ pub enum GpuError {
     Device { adapter: String, message: String },
     #[error("{0}")]
     Op(String),
+    #[error("{0} does not fit a kernel's 32-bit parameter")]
+    ParamOverflow(usize),
 }
 
 pub type GpuResult<T> = std::result::Result<T, GpuError>;
@@ -192,7 +194,7 @@ impl GpuContext {
     }
 
     /// The pipeline of `kernel`'s `entry`, compiled once (bind group layout from the shader).
-    pub fn pipeline(&self, kernel: &Kernel, entry: &'static str) -> wgpu::ComputePipeline {
+    pub fn pipeline<P>(&self, kernel: &Kernel<P>, entry: &'static str) -> wgpu::ComputePipeline {
         let mut cache = lock(&self.pipelines);
         cache
             .entry((kernel.name, entry))

@@ -2,38 +2,10 @@
 //! struct) and records it into the step. Outputs come from the buffer pool; ops marked
 //! in place update their first argument.
 
-use bytemuck::{Pod, Zeroable};
-use infer_shaders as shaders;
+use infer_shaders::{self as shaders, *};
 
 use crate::context::{GpuContext, GpuError, GpuResult};
 use crate::pool::GpuBuffer;
-
-/// Four u32 (or f32 bit patterns): the parameter block of most kernels.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub(crate) struct Params4(pub(crate) [u32; 4]);
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub(crate) struct Params8(pub(crate) [u32; 8]);
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct AttentionParams {
-    num_tokens: u32,
-    heads: u32,
-    kv_heads: u32,
-    head_dim: u32,
-    block_size: u32,
-    max_blocks: u32,
-    num_parts: u32,
-    scale: f32,
-    /// 0: no window.
-    window: u32,
-    /// 0: no soft-cap.
-    softcap: f32,
-    _pad: [u32; 2],
-}
 
 /// The gated MLP's activation (`gated_act.wgsl`'s `act`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,12 +63,14 @@ fn check(what: &str, ok: bool, detail: impl FnOnce() -> String) -> GpuResult<()>
 
 /// A grid of `groups` workgroups, spilling past 65,535 along x into y.
 pub(crate) fn groups_grid(groups: usize) -> (u32, u32, u32) {
-    let groups = groups as u32;
-    (groups.min(65_535), groups.div_ceil(65_535), 1)
+    // Past u32 the count saturates, and `dispatch` refuses the grid as too large.
+    let y = u32::try_from(groups.div_ceil(65_535)).unwrap_or(u32::MAX);
+    (groups.min(65_535) as u32, y, 1)
 }
 
-pub(crate) fn u(v: usize) -> u32 {
-    v as u32
+/// `v` as a kernel's 32-bit parameter; a shape past it is an error, never a truncated value.
+pub(crate) fn u(v: usize) -> GpuResult<u32> {
+    u32::try_from(v).map_err(|_| GpuError::ParamOverflow(v))
 }
 
 impl GpuContext {
@@ -116,7 +90,12 @@ impl GpuContext {
                 || format!("split or f16 table with hidden {hidden}"),
             )?;
             let (grid, stride) = Self::grid_1d(num_tokens * hidden);
-            let p = Params4([u(hidden), u(num_tokens), stride, 0]);
+            let p = EmbeddingParams {
+                hidden: u(hidden)?,
+                num_tokens: u(num_tokens)?,
+                row_stride: stride,
+                ..Default::default()
+            };
             self.dispatch(
                 &shaders::EMBEDDING,
                 "main",
@@ -132,16 +111,14 @@ impl GpuContext {
         };
         let (grid, stride) = Self::grid_1d(num_tokens * hidden / 4);
         for (part, first, rows) in table.parts() {
-            let p = Params8([
-                u(hidden / 4),
-                u(num_tokens),
-                stride,
-                u(first),
-                u(first + rows),
-                0,
-                0,
-                0,
-            ]);
+            let p = EmbeddingRowsParams {
+                hidden4: u(hidden / 4)?,
+                num_tokens: u(num_tokens)?,
+                row_stride: stride,
+                row_begin: u(first)?,
+                row_end: u(first + rows)?,
+                ..Default::default()
+            };
             self.dispatch(kernel, "main", &[ids, part, &out], &p, grid)?;
         }
         Ok(out)
@@ -156,7 +133,12 @@ impl GpuContext {
         eps: f32,
     ) -> GpuResult<GpuBuffer> {
         let out = self.output(rows * cols)?;
-        let p = Params4([u(cols), u(rows), eps.to_bits(), 0]);
+        let p = RmsNormParams {
+            cols: u(cols)?,
+            rows: u(rows)?,
+            eps,
+            ..Default::default()
+        };
         // A row per invocation (64 a workgroup) or a row per workgroup.
         let (kernel, grid) = if self.barrier_free_kernels() {
             (&shaders::RMS_NORM_ROWS, groups_grid(rows.div_ceil(64)))
@@ -201,11 +183,18 @@ impl GpuContext {
             (&shaders::MATMUL_TILED_F32, 64, Some(64))
         };
         for (part, first, rows) in w.parts() {
-            let p = Params8([u(m), u(rows), u(k), u(first), u(n), 0, 0, 0]);
+            let p = MatmulParams {
+                m: u(m)?,
+                n: u(rows)?,
+                k: u(k)?,
+                n_offset: u(first)?,
+                out_stride: u(n)?,
+                ..Default::default()
+            };
             let col_groups = rows.div_ceil(cols_per_group);
             let grid = match rows_per_group {
                 None => groups_grid(col_groups),
-                Some(r) => (u(col_groups), u(m.div_ceil(r)), 1),
+                Some(r) => (u(col_groups)?, u(m.div_ceil(r))?, 1),
             };
             self.dispatch(kernel, "main", &[x, part, &out], &p, grid)?;
         }
@@ -215,7 +204,11 @@ impl GpuContext {
     /// `x += y` (in place).
     pub fn add_assign(&self, x: &GpuBuffer, y: &GpuBuffer, len: usize) -> GpuResult<()> {
         let (grid, stride) = Self::grid_1d(len);
-        let p = Params4([u(len), stride, 0, 0]);
+        let p = AddAssignParams {
+            len: u(len)?,
+            row_stride: stride,
+            ..Default::default()
+        };
         self.dispatch(&shaders::ADD_ASSIGN, "main", &[x, y], &p, grid)
     }
 
@@ -228,7 +221,12 @@ impl GpuContext {
         cols: usize,
     ) -> GpuResult<()> {
         let (grid, stride) = Self::grid_1d(len);
-        let p = Params4([u(len), u(cols.max(1)), stride, 0]);
+        let p = AddBiasParams {
+            len: u(len)?,
+            cols: u(cols.max(1))?,
+            row_stride: stride,
+            ..Default::default()
+        };
         self.dispatch(&shaders::ADD_BIAS, "main", &[x, bias], &p, grid)
     }
 
@@ -247,16 +245,14 @@ impl GpuContext {
             GatedAct::GeluTanh => (1, 0.0, 0.0),
             GatedAct::SwigluClamped { alpha, limit } => (2, alpha, limit),
         };
-        let p = Params8([
-            u(len),
-            stride,
-            code,
-            0,
-            f32::to_bits(alpha),
-            f32::to_bits(limit),
-            0,
-            0,
-        ]);
+        let p = GatedActParams {
+            len: u(len)?,
+            row_stride: stride,
+            act: code,
+            alpha,
+            limit,
+            ..Default::default()
+        };
         self.dispatch(&shaders::GATED_ACT, "main", &[gate, up, &out], &p, grid)?;
         Ok(out)
     }
@@ -264,7 +260,12 @@ impl GpuContext {
     /// In place: `x *= value`, or `x = value · tanh(x / value)` when `softcap`.
     pub fn scale(&self, x: &GpuBuffer, len: usize, value: f32, softcap: bool) -> GpuResult<()> {
         let (grid, stride) = Self::grid_1d(len);
-        let p = Params4([u(len), stride, u32::from(softcap), value.to_bits()]);
+        let p = ScaleParams {
+            len: u(len)?,
+            row_stride: stride,
+            softcap: u32::from(softcap),
+            value,
+        };
         self.dispatch(&shaders::SCALE, "main", &[x], &p, grid)
     }
 
@@ -283,16 +284,14 @@ impl GpuContext {
         adjacent_pairs: bool,
     ) -> GpuResult<()> {
         let (grid, _) = Self::grid_1d(num_tokens * heads * rotary_dim / 2);
-        let p = Params8([
-            u(num_tokens),
-            u(heads),
-            u(head_dim),
-            u32::from(adjacent_pairs),
-            u(rotary_dim),
-            0,
-            0,
-            0,
-        ]);
+        let p = RopeParams {
+            num_tokens: u(num_tokens)?,
+            heads: u(heads)?,
+            head_dim: u(head_dim)?,
+            adjacent: u32::from(adjacent_pairs),
+            rotary_dim: u(rotary_dim)?,
+            ..Default::default()
+        };
         self.dispatch(&shaders::ROPE, "main", &[x, positions, cos_sin], &p, grid)
     }
 
@@ -309,7 +308,12 @@ impl GpuContext {
         row: usize,
     ) -> GpuResult<()> {
         let (grid, stride) = Self::grid_1d(num_tokens * row);
-        let p = Params4([u(num_tokens), u(row), stride, 0]);
+        let p = WriteKvParams {
+            num_tokens: u(num_tokens)?,
+            row: u(row)?,
+            row_stride: stride,
+            ..Default::default()
+        };
         self.dispatch(
             &shaders::WRITE_KV,
             "main",
@@ -349,20 +353,20 @@ impl GpuContext {
         let rows = s.num_tokens * s.heads * num_parts;
         let part_out = self.output(rows * s.head_dim)?;
         let part_ml = self.output(rows * 2)?;
-        let p = AttentionParams {
-            num_tokens: u(s.num_tokens),
-            heads: u(s.heads),
-            kv_heads: u(s.kv_heads),
-            head_dim: u(s.head_dim),
-            block_size: u(s.block_size),
-            max_blocks: u(s.max_blocks),
-            num_parts: u(num_parts),
+        let p = PagedAttentionParams {
+            num_tokens: u(s.num_tokens)?,
+            heads: u(s.heads)?,
+            kv_heads: u(s.kv_heads)?,
+            head_dim: u(s.head_dim)?,
+            block_size: u(s.block_size)?,
+            max_blocks: u(s.max_blocks)?,
+            num_parts: u(num_parts)?,
             scale: s.scale,
-            window: s.window.map_or(0, u),
+            window: u(s.window.unwrap_or(0))?,
             softcap: s.softcap.unwrap_or(0.0),
-            _pad: [0; 2],
+            ..Default::default()
         };
-        let grid = (u(s.heads), u(s.num_tokens), u(num_parts));
+        let grid = (p.heads, p.num_tokens, p.num_parts);
         let bound = [
             q,
             k_cache,
@@ -374,17 +378,15 @@ impl GpuContext {
         ];
         self.dispatch(&shaders::PAGED_ATTENTION, "main", &bound, &p, grid)?;
         let out = self.output(s.num_tokens * s.heads * s.head_dim)?;
-        let p = Params8([
-            u(s.num_tokens),
-            u(s.heads),
-            u(s.head_dim),
-            u(num_parts),
-            u32::from(sinks.is_some()),
-            0,
-            0,
-            0,
-        ]);
-        let grid = (u(s.heads), u(s.num_tokens), 1);
+        let p = AttentionReduceParams {
+            num_tokens: u(s.num_tokens)?,
+            heads: u(s.heads)?,
+            head_dim: u(s.head_dim)?,
+            num_parts: u(num_parts)?,
+            has_sinks: u32::from(sinks.is_some()),
+            ..Default::default()
+        };
+        let grid = (p.heads, p.num_tokens, 1);
         // Without sinks the binding is any buffer: the kernel does not read it.
         let bound = [&part_out, &part_ml, &out, sinks.unwrap_or(&part_ml)];
         self.dispatch(&shaders::ATTENTION_REDUCE, "main", &bound, &p, grid)?;
@@ -401,7 +403,12 @@ impl GpuContext {
     ) -> GpuResult<GpuBuffer> {
         let out = self.output(num_rows * cols)?;
         let (grid, stride) = Self::grid_1d(num_rows * cols);
-        let p = Params4([u(cols), u(num_rows), stride, 0]);
+        let p = GatherRowsParams {
+            cols: u(cols)?,
+            num_rows: u(num_rows)?,
+            row_stride: stride,
+            ..Default::default()
+        };
         self.dispatch(&shaders::GATHER_ROWS, "main", &[x, indices, &out], &p, grid)?;
         Ok(out)
     }
@@ -416,14 +423,23 @@ impl GpuContext {
         block_floats: usize,
     ) -> GpuResult<()> {
         let (grid, stride) = Self::grid_1d(num_pairs * block_floats);
-        let p = Params4([u(block_floats), u(num_pairs), stride, 0]);
+        let p = CopyBlocksParams {
+            block_floats: u(block_floats)?,
+            num_pairs: u(num_pairs)?,
+            row_stride: stride,
+            ..Default::default()
+        };
         self.dispatch(&shaders::COPY_BLOCKS, "main", &[pairs, cache], &p, grid)
     }
 
     /// Index of each row's largest value (lowest on ties).
     pub fn argmax(&self, x: &GpuBuffer, rows: usize, cols: usize) -> GpuResult<GpuBuffer> {
         let out = self.output(rows)?;
-        let p = Params4([u(cols), u(rows), 0, 0]);
+        let p = ArgmaxParams {
+            cols: u(cols)?,
+            rows: u(rows)?,
+            ..Default::default()
+        };
         self.dispatch(&shaders::ARGMAX, "main", &[x, &out], &p, groups_grid(rows))?;
         Ok(out)
     }

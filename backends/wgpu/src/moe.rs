@@ -6,11 +6,11 @@
 use infer_core::backend::DeviceTensor;
 use infer_core::error::Result;
 use infer_core::moe::{HostRouting, MoeRouting, MoeScoring};
-use infer_shaders as shaders;
+use infer_shaders::{self as shaders, *};
 
-use crate::backend::{gpu_err, WgpuBackend};
 use crate::context::GpuResult;
-use crate::kernels::{groups_grid, u, MatrixRef, Params4, Params8, WeightStorage};
+use crate::device::{gpu_err, WgpuBackend};
+use crate::kernels::{groups_grid, u, MatrixRef, WeightStorage};
 use crate::pool::GpuBuffer;
 use crate::tensor::{op_err, WgpuTensor};
 use crate::GpuContext;
@@ -36,12 +36,12 @@ impl GpuContext {
         let assignments = tokens * r.top_k;
         let (ids, weights) = (self.output(assignments)?, self.output(assignments)?);
         let renormalize = !matches!(r.scoring, MoeScoring::SoftmaxTopK { renormalize: false });
-        let p = Params4([
-            u(tokens),
-            u(r.num_experts),
-            u(r.top_k),
-            u(renormalize.into()),
-        ]);
+        let p = MoeRouteParams {
+            tokens: u(tokens)?,
+            experts: u(r.num_experts)?,
+            top_k: u(r.top_k)?,
+            renormalize: u32::from(renormalize),
+        };
         let grid = groups_grid(tokens.div_ceil(64));
         self.dispatch(
             &shaders::MOE_ROUTE,
@@ -51,7 +51,11 @@ impl GpuContext {
             grid,
         )?;
         let (offsets, order) = (self.output(r.num_experts + 1)?, self.output(assignments)?);
-        let p = Params4([u(assignments), u(r.num_experts), 0, 0]);
+        let p = MoeGroupParams {
+            assignments: u(assignments)?,
+            experts: u(r.num_experts)?,
+            ..Default::default()
+        };
         self.dispatch(
             &shaders::MOE_GROUP,
             "main",
@@ -89,16 +93,16 @@ impl GpuContext {
         for (part, first, rows) in experts.parts() {
             // The experts whose rows this part holds.
             let (e0, e1) = (first / n, (first + rows - 1) / n);
-            let p = Params8([
-                u(n),
-                u(experts.cols),
-                u(r.top_k),
-                u(per_token.into()),
-                u(first),
-                u(rows),
-                u(tiles),
-                u(e0),
-            ]);
+            let p = MoeMatmulParams {
+                n: u(n)?,
+                k: u(experts.cols)?,
+                top_k: u(r.top_k)?,
+                per_token: u32::from(per_token),
+                first: u(first)?,
+                rows: u(rows)?,
+                tiles: u(tiles)?,
+                e0: u(e0)?,
+            };
             let grid = groups_grid((e1 - e0 + 1) * tiles);
             let bound = [x, part, &out, &r.offsets, &r.order];
             self.dispatch(kernel, "main", &bound, &p, grid)?;
@@ -115,7 +119,12 @@ impl GpuContext {
     ) -> GpuResult<()> {
         let len = r.tokens * r.top_k * cols;
         let (grid, stride) = Self::grid_1d(len);
-        let p = Params4([u(len), u(cols.max(1)), stride, 0]);
+        let p = AddBiasParams {
+            len: u(len)?,
+            cols: u(cols.max(1))?,
+            row_stride: stride,
+            ..Default::default()
+        };
         self.dispatch(&shaders::MOE_ADD_BIAS, "main", &[y, bias, &r.ids], &p, grid)
     }
 
@@ -123,7 +132,12 @@ impl GpuContext {
         let len = r.tokens * cols;
         let out = self.output(len)?;
         let (grid, stride) = Self::grid_1d(len);
-        let p = Params4([u(len), u(cols), u(r.top_k), stride]);
+        let p = MoeCombineParams {
+            len: u(len)?,
+            cols: u(cols)?,
+            top_k: u(r.top_k)?,
+            row_stride: stride,
+        };
         self.dispatch(
             &shaders::MOE_COMBINE,
             "main",

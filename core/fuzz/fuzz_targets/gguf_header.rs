@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {
-    let _ = infer_core::gguf::read_untrusted(bytes);
+    let _ = infer_core::model::read_config::read_untrusted(bytes);
 });

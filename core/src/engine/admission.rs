@@ -171,7 +171,6 @@ impl<E: Executor> Engine<E> {
                 },
             },
         );
-        self.owners.insert(seq, seq);
         self.ids.insert(id, seq);
         Ok(())
     }

@@ -168,8 +168,8 @@ impl EngineOptions {
 
 impl<B: Backend + 'static> Speculation<B> {
     /// The proposer: the n-gram lookup, or the draft model over its own KV pool of the
-    /// target's block count.
-    fn speculator(self, backend: B, config: &EngineConfig) -> Result<Speculator> {
+    /// target's block count (`config`'s).
+    pub fn speculator(self, backend: B, config: &EngineConfig) -> Result<Speculator> {
         let proposer: Box<dyn Proposer> = match (self.config.method()?, self.draft) {
             (SpecMethod::Ngram { min, max }, _) => Box::new(NgramProposer::new(min, max)),
             (SpecMethod::Draft { .. }, Some(draft)) => {

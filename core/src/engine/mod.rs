@@ -103,10 +103,11 @@ pub struct Engine<E: Executor> {
     tokenizer: Option<Arc<Tokenizer>>,
     config: EngineConfig,
     scheduler: Scheduler,
-    /// Keyed by the request's arrival (its first sequence id).
+    /// Each request's state beside its sequences', keyed by the request's arrival (its first
+    /// sequence id), which the scheduler's record of every sequence carries
+    /// (`SeqState::arrival`, shared by forks): a live sequence's request is
+    /// `requests[scheduler.seq(seq).arrival]` (`request_of`), with no map of its own to keep.
     requests: HashMap<u64, Request>,
-    /// Which request each live sequence belongs to.
-    owners: HashMap<SeqId, u64>,
     ids: HashMap<String, u64>,
     next_seq: SeqId,
     eos_token_ids: Vec<u32>,
@@ -168,7 +169,6 @@ impl<E: Executor> Engine<E> {
             scheduler: Scheduler::new(config.scheduler, blocks)?,
             config,
             requests: HashMap::new(),
-            owners: HashMap::new(),
             ids: HashMap::new(),
             next_seq: 0,
             stats: EngineStats::default(),
@@ -240,7 +240,6 @@ impl<E: Executor> Engine<E> {
         if let Some(req) = self.requests.remove(&key) {
             for seq in req.members.iter().filter_map(|m| m.seq) {
                 self.scheduler.remove(seq);
-                self.owners.remove(&seq);
             }
         }
         true
@@ -250,7 +249,9 @@ impl<E: Executor> Engine<E> {
     /// Blocks on the device (native); the browser uses `step_async`, the same step with an
     /// awaited read-back.
     pub fn step(&mut self) -> Result<Vec<RequestOutput>> {
-        let (step, read) = self.submit_step()?;
+        let started = Instant::now();
+        self.propose()?;
+        let (step, read) = self.submit_step(started)?;
         let executor = &self.executor;
         let logits = read.wait(|| executor.wait());
         self.finish_step(step, logits)
@@ -259,15 +260,16 @@ impl<E: Executor> Engine<E> {
     /// `step` for event-loop hosts (wasm + WebGPU): awaits the step's read-back instead of
     /// blocking, so the device can complete it.
     pub async fn step_async(&mut self) -> Result<Vec<RequestOutput>> {
-        let (step, read) = self.submit_step()?;
+        let started = Instant::now();
+        self.propose_async().await?;
+        let (step, read) = self.submit_step(started)?;
         let logits = read.resolve().await;
         self.finish_step(step, logits)
     }
 
-    /// Schedules, builds the batch and submits it to the executor.
-    fn submit_step(&mut self) -> Result<(StepInFlight, PendingLogits)> {
-        let started = Instant::now();
-        self.propose()?;
+    /// Schedules, builds the batch and submits it to the executor (after `propose`; the
+    /// step's time counts from `started`, before the proposals).
+    fn submit_step(&mut self, started: Instant) -> Result<(StepInFlight, PendingLogits)> {
         if let Some(p) = &self.pacer {
             let cap = self.config.scheduler.max_num_batched_tokens;
             let tokens = p.budget(self.scheduler.num_decoding(), cap);
@@ -332,14 +334,14 @@ impl<E: Executor> Engine<E> {
         self.stats.prefix_cache_hit_tokens += plan.prefix_hit_tokens as u64;
         self.stats.prefix_cache_query_tokens += plan.prefix_query_tokens as u64;
         for &(seq, cached) in &plan.prefix_hits {
-            if let Some(r) = self.owners.get(&seq).and_then(|k| self.requests.get_mut(k)) {
+            if let Some(r) = request_of(&self.scheduler, &mut self.requests, seq) {
                 // The first admission counts (a recomputation after preemption may find more).
                 r.metrics.num_cached_tokens.get_or_insert(cached);
             }
         }
         self.stats.last_step_tokens = plan.num_batched_tokens;
         for seq in &plan.preempted {
-            if let Some(r) = self.owners.get(seq).and_then(|k| self.requests.get_mut(k)) {
+            if let Some(r) = request_of(&self.scheduler, &mut self.requests, *seq) {
                 r.metrics.num_preemptions += 1;
             }
         }
@@ -468,4 +470,14 @@ impl<E: Executor> Engine<E> {
         }
         Ok(slots.into_iter().flatten().collect())
     }
+}
+
+/// The request a live sequence belongs to: the scheduler's record of the sequence names it
+/// (its arrival is the request's key). `None` once the sequence has ended.
+fn request_of<'a>(
+    scheduler: &Scheduler,
+    requests: &'a mut HashMap<u64, Request>,
+    seq: SeqId,
+) -> Option<&'a mut Request> {
+    requests.get_mut(&scheduler.seq(seq)?.arrival)
 }

@@ -24,7 +24,11 @@ impl<E: Executor> Engine<E> {
     /// `SamplingParams::is_plain_greedy`), so the argmax alone will do.
     pub(super) fn only_plain_greedy_rows(&self, chunks: &[ScheduledChunk]) -> bool {
         chunks.iter().filter(|c| c.want_logits).all(|c| {
-            let Some(req) = self.owners.get(&c.seq).and_then(|k| self.requests.get(k)) else {
+            let Some(req) = self
+                .scheduler
+                .seq(c.seq)
+                .and_then(|s| self.requests.get(&s.arrival))
+            else {
                 return false;
             };
             let p = &req.params;
@@ -227,7 +231,7 @@ impl<E: Executor> Engine<E> {
             if num_rows < row {
                 return Err(missing_row(row - 1));
             }
-            let Some(&key) = self.owners.get(&c.seq) else {
+            let Some(key) = self.scheduler.seq(c.seq).map(|s| s.arrival) else {
                 continue;
             };
             let Some(req) = self.requests.get_mut(&key) else {
@@ -314,14 +318,13 @@ impl<E: Executor> Engine<E> {
             scheduler: &mut self.scheduler,
             tokenizer: self.tokenizer.as_deref(),
             stats: &mut self.stats,
-            owners: &mut self.owners,
             next_seq: &mut self.next_seq,
         };
         let deltas = if req.params.use_beam_search {
-            ctx.beam_step(key, req, rows)?;
+            ctx.beam_step(req, rows)?;
             Vec::new()
         } else {
-            ctx.sample_step(key, req, rows)?
+            ctx.sample_step(req, rows)?
         };
         let streamable = req.params.streamable();
         if !req.members.is_empty() {

@@ -2,8 +2,6 @@
 //! samples (forked from the prompt at the first token), one beam-search step for beams, and
 //! the returned outputs once every sequence has ended.
 
-use std::collections::HashMap;
-
 use super::finish::FinishReason;
 use super::request::{Member, Request};
 use super::{CompletionOutput, EngineStats, SequenceDelta, StopReason, TokenLogprobs, TopLogprob};
@@ -18,23 +16,21 @@ pub(super) struct Ctx<'a> {
     pub scheduler: &'a mut Scheduler,
     pub tokenizer: Option<&'a Tokenizer>,
     pub stats: &'a mut EngineStats,
-    pub owners: &'a mut HashMap<SeqId, u64>,
     pub next_seq: &'a mut SeqId,
 }
 
 impl Ctx<'_> {
-    fn fork(&mut self, key: u64, parent: SeqId) -> Result<SeqId> {
+    /// A copy of `parent` (same arrival, so the same request).
+    fn fork(&mut self, parent: SeqId) -> Result<SeqId> {
         let child = *self.next_seq;
         *self.next_seq += 1;
         self.scheduler.fork(parent, child)?;
-        self.owners.insert(child, key);
         Ok(child)
     }
 
     fn end(&mut self, seq: Option<SeqId>) {
         if let Some(seq) = seq {
             self.scheduler.remove(seq);
-            self.owners.remove(&seq);
         }
     }
 
@@ -42,7 +38,6 @@ impl Ctx<'_> {
     /// and the samples fork from the prompt's sequence here.
     pub fn sample_step(
         &mut self,
-        key: u64,
         req: &mut Request,
         rows: Vec<(usize, SampledRow)>,
     ) -> Result<Vec<SequenceDelta>> {
@@ -51,7 +46,7 @@ impl Ctx<'_> {
             if row.samples.len() > 1 {
                 let parent = req.members[0].seq.ok_or_else(|| bug("unforked samples"))?;
                 for m in req.members.iter_mut().skip(1) {
-                    m.seq = Some(self.fork(key, parent)?);
+                    m.seq = Some(self.fork(parent)?);
                 }
                 for (i, s) in row.samples.iter().enumerate() {
                     deltas.push(self.accept(req, i, *s, &row.top)?);
@@ -147,12 +142,7 @@ impl Ctx<'_> {
     }
 
     /// One beam-search step over every live beam's top extensions.
-    pub fn beam_step(
-        &mut self,
-        key: u64,
-        req: &mut Request,
-        rows: Vec<(usize, SampledRow)>,
-    ) -> Result<()> {
+    pub fn beam_step(&mut self, req: &mut Request, rows: Vec<(usize, SampledRow)>) -> Result<()> {
         let width = req.params.best_of();
         if rows.len() != req.members.len() {
             return Err(bug("a beam group sampled partly"));
@@ -204,7 +194,7 @@ impl Ctx<'_> {
                 .seq
                 .ok_or_else(|| bug("a live beam without a sequence"))?;
             let seq = if std::mem::replace(&mut used[c.parent], true) {
-                self.fork(key, parent)?
+                self.fork(parent)?
             } else {
                 parent
             };

@@ -2,12 +2,16 @@
 //! whatever the proposer and preemption do, sampled output keeps the target's distribution,
 //! and every block comes back. (The property test in `tests.rs` runs with proposers too.)
 
+use std::cell::Cell;
+use std::rc::Rc;
+use std::task::Poll;
+
 use super::testing::{simulated_next_token, SimulatedKvExecutor};
 use super::tests::{crowded_with, SpecKind};
 use super::*;
-use crate::scheduler::PreemptionMode;
+use crate::scheduler::{CacheOps, PreemptionMode};
 use crate::spec_decode::{
-    DraftProposer, NgramProposer, Proposal, ProposalRequest, Proposer, SpeculativeConfig,
+    DraftProposer, NgramProposer, Proposal, ProposalRequest, Proposer, Round, SpeculativeConfig,
 };
 
 /// Proposes the simulated model's own next tokens, but gets one in `one_in` wrong (chosen by
@@ -18,22 +22,24 @@ struct ErringProposer {
 }
 
 impl Proposer for ErringProposer {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
-        Ok(requests
-            .iter()
-            .map(|r| {
-                let mut ctx = r.tokens.to_vec();
-                for _ in 0..r.max_tokens {
-                    let mut t = simulated_next_token(&ctx, self.vocab);
-                    let h = simulated_next_token(&ctx, 1 << 20) as u64;
-                    if h.is_multiple_of(self.one_in) {
-                        t = (t + 1) % self.vocab as u32;
+    fn begin(&mut self, requests: &[ProposalRequest]) -> Result<Round> {
+        Ok(Round::Done(
+            requests
+                .iter()
+                .map(|r| {
+                    let mut ctx = r.tokens.to_vec();
+                    for _ in 0..r.max_tokens {
+                        let mut t = simulated_next_token(&ctx, self.vocab);
+                        let h = simulated_next_token(&ctx, 1 << 20) as u64;
+                        if h.is_multiple_of(self.one_in) {
+                            t = (t + 1) % self.vocab as u32;
+                        }
+                        ctx.push(t);
                     }
-                    ctx.push(t);
-                }
-                Proposal::deterministic(ctx[r.tokens.len()..].to_vec())
-            })
-            .collect())
+                    Proposal::deterministic(ctx[r.tokens.len()..].to_vec())
+                })
+                .collect(),
+        ))
     }
 
     fn name(&self) -> &'static str {
@@ -227,32 +233,34 @@ enum TestProposer {
 }
 
 impl Proposer for TestProposer {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
-        Ok(requests
-            .iter()
-            .map(|r| match self {
-                TestProposer::Constant(t) => Proposal::deterministic(vec![*t; r.max_tokens]),
-                TestProposer::Sampled(q) => {
-                    assert_eq!(r.uniforms.len(), r.max_tokens, "a uniform per proposal");
-                    let tokens = r
-                        .uniforms
-                        .iter()
-                        .map(|&u| {
-                            let mut acc = 0.0;
-                            let at = q.iter().position(|&p| {
-                                acc += p as f64;
-                                acc > u
-                            });
-                            at.unwrap_or(q.len() - 1) as u32
-                        })
-                        .collect();
-                    Proposal {
-                        tokens,
-                        probs: q.repeat(r.max_tokens),
+    fn begin(&mut self, requests: &[ProposalRequest]) -> Result<Round> {
+        Ok(Round::Done(
+            requests
+                .iter()
+                .map(|r| match self {
+                    TestProposer::Constant(t) => Proposal::deterministic(vec![*t; r.max_tokens]),
+                    TestProposer::Sampled(q) => {
+                        assert_eq!(r.uniforms.len(), r.max_tokens, "a uniform per proposal");
+                        let tokens = r
+                            .uniforms
+                            .iter()
+                            .map(|&u| {
+                                let mut acc = 0.0;
+                                let at = q.iter().position(|&p| {
+                                    acc += p as f64;
+                                    acc > u
+                                });
+                                at.unwrap_or(q.len() - 1) as u32
+                            })
+                            .collect();
+                        Proposal {
+                            tokens,
+                            probs: q.repeat(r.max_tokens),
+                        }
                     }
-                }
-            })
-            .collect())
+                })
+                .collect(),
+        ))
     }
 
     fn name(&self) -> &'static str {
@@ -354,4 +362,93 @@ fn verified_tokens_follow_the_target_distribution() {
             "{name}: accepted {accepted} vs {expected_acceptance}"
         );
     }
+}
+
+/// An executor whose read-backs complete only after the caller has come back once, as the
+/// browser's mapped buffers do; counts the read-backs that were still pending when polled.
+struct DeferredReadback {
+    inner: SimulatedKvExecutor,
+    pending: Rc<Cell<usize>>,
+}
+
+impl Executor for DeferredReadback {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    fn submit(&mut self, ops: &CacheOps, batch: Option<&BatchInput>) -> Result<PendingLogits> {
+        let mut logits = Some(self.inner.submit(ops, batch)?.wait(|| Ok(()))?);
+        let pending = self.pending.clone();
+        let mut polled = false;
+        Ok(PendingLogits::InFlight(Box::pin(std::future::poll_fn(
+            move |cx| {
+                if !polled {
+                    polled = true;
+                    pending.set(pending.get() + 1);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Ready(
+                    logits
+                        .take()
+                        .ok_or_else(|| InferError::invalid("poll", "twice")),
+                )
+            },
+        ))))
+    }
+}
+
+#[test]
+fn a_draft_model_read_back_asynchronously_drafts_the_same_under_step_async() {
+    // `step` blocks on the draft's forwards, `step_async` awaits them (the browser's loop):
+    // the same proposals, accepted the same, the same outputs.
+    let run = |asynchronous: bool| {
+        let pending = Rc::new(Cell::new(0));
+        let draft = DeferredReadback {
+            inner: SimulatedKvExecutor::new(500, 4, 256, 0),
+            pending: pending.clone(),
+        };
+        let config = SpeculativeConfig {
+            method: Some("draft_model".into()),
+            model: Some("draft".into()),
+            num_speculative_tokens: 4,
+            disable_by_batch_size: Some(usize::MAX),
+            ..Default::default()
+        };
+        let proposer = Box::new(DraftProposer::new(draft, 4, 256));
+        let mut e = engine(500, Some(Speculator::new(proposer, &config).unwrap()));
+        for (i, prompt) in [vec![3, 1, 4], vec![2, 7, 1, 8, 2, 8], vec![1, 6, 1, 8]]
+            .into_iter()
+            .enumerate()
+        {
+            let p = SamplingParams {
+                ignore_eos: true,
+                seed: Some(i as u64),
+                temperature: if i == 2 { 0.8 } else { 0.0 },
+                ..SamplingParams::greedy(9)
+            };
+            e.add_request(i.to_string(), prompt, p).unwrap();
+        }
+        let mut done = HashMap::new();
+        while e.has_unfinished() {
+            let outs = if asynchronous {
+                pollster::block_on(e.step_async()).unwrap()
+            } else {
+                e.step().unwrap()
+            };
+            for out in outs {
+                if let Some(o) = out.outputs {
+                    done.insert(out.request_id, o[0].token_ids.clone());
+                }
+            }
+        }
+        (done, e.stats().spec, pending.get())
+    };
+    let (blocking, mut blocking_stats, _) = run(false);
+    let (awaited, mut awaited_stats, pending) = run(true);
+    assert_eq!(blocking, awaited);
+    (blocking_stats.propose_micros, awaited_stats.propose_micros) = (0, 0);
+    assert_eq!(blocking_stats, awaited_stats);
+    assert!(awaited_stats.num_drafts > 0 && awaited_stats.num_accepted_tokens > 0);
+    assert!(pending > 0, "the draft's read-backs were awaited");
 }

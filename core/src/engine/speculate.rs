@@ -10,7 +10,9 @@ use super::{Engine, Executor};
 use crate::block_manager::SeqId;
 use crate::error::Result;
 use crate::scheduler::ScheduledChunk;
-use crate::spec_decode::{ProposalRequest, Speculator};
+use crate::spec_decode::{
+    propose_awaiting, propose_blocking, Proposal, ProposalRequest, Speculator,
+};
 
 impl<E: Executor> Engine<E> {
     /// Speculates with `speculator` from the next step on (`None` turns it off).
@@ -23,11 +25,38 @@ impl<E: Executor> Engine<E> {
     }
 
     /// Gives every decoding sequence its proposals for the coming step (or none: beam search,
-    /// no room left before `max_tokens`, or a batch too large for speculation to pay).
+    /// no room left before `max_tokens`, or a batch too large for speculation to pay),
+    /// blocking on a draft model's forwards.
     pub(super) fn propose(&mut self) -> Result<()> {
-        let Some(spec) = self.speculator.as_mut() else {
+        let Some(round) = self.proposal_round() else {
             return Ok(());
         };
+        let proposals = match self.speculator.as_mut() {
+            Some(spec) if !round.asks.is_empty() => {
+                propose_blocking(spec.proposer.as_mut(), &round.requests())?
+            }
+            _ => Vec::new(),
+        };
+        self.apply_proposals(round, proposals)
+    }
+
+    /// `propose` for event-loop hosts: awaits a draft model's forwards (`step_async`).
+    pub(super) async fn propose_async(&mut self) -> Result<()> {
+        let Some(round) = self.proposal_round() else {
+            return Ok(());
+        };
+        let proposals = match self.speculator.as_mut() {
+            Some(spec) if !round.asks.is_empty() => {
+                propose_awaiting(spec.proposer.as_mut(), &round.requests()).await?
+            }
+            _ => Vec::new(),
+        };
+        self.apply_proposals(round, proposals)
+    }
+
+    /// Which sequences ask for proposals this step, and how many each may take.
+    fn proposal_round(&mut self) -> Option<ProposalRound> {
+        let spec = self.speculator.as_mut()?;
         let started = Instant::now();
         let scheduler = &self.scheduler;
         spec.proposer.retain(&|seq| scheduler.seq(seq).is_some());
@@ -37,14 +66,13 @@ impl<E: Executor> Engine<E> {
             self.stats.spec.disabled_steps += 1;
         }
         self.spec_probs.clear();
-        // (sequence, its tokens, k, temperature, one uniform per proposal when sampled)
-        let mut wanted = Vec::new();
+        let mut asks = Vec::new();
         let mut quiet = Vec::new();
         for (seq, s) in scheduler.running() {
             if s.num_computed + 1 != s.tokens.len() {
                 continue;
             }
-            let owner = self.owners.get(&seq).and_then(|k| self.requests.get_mut(k));
+            let owner = self.requests.get_mut(&s.arrival);
             let Some(req) =
                 owner.filter(|r| enabled && !r.params.use_beam_search && !r.before_first_token())
             else {
@@ -67,31 +95,31 @@ impl<E: Executor> Engine<E> {
             let uniforms: Vec<f64> = (0..draws)
                 .map(|_| rand::Rng::random(&mut member.rng))
                 .collect();
-            wanted.push((seq, &s.tokens[..], k, temperature, uniforms));
-        }
-        let asks: Vec<ProposalRequest> = wanted
-            .iter()
-            .map(|(seq, tokens, k, temperature, uniforms)| ProposalRequest {
-                seq: *seq,
-                tokens,
-                max_tokens: *k,
-                temperature: *temperature,
+            asks.push(Ask {
+                seq,
+                tokens: s.tokens.clone(),
+                max_tokens: k,
+                temperature,
                 uniforms,
-            })
-            .collect();
-        let proposals = if asks.is_empty() {
-            Vec::new()
-        } else {
-            spec.proposer.propose(&asks)?
-        };
+            });
+        }
+        Some(ProposalRound {
+            asks,
+            quiet,
+            started,
+        })
+    }
+
+    /// Hands each sequence its proposals (cut to what it asked for) and clears the others'.
+    fn apply_proposals(&mut self, round: ProposalRound, proposals: Vec<Proposal>) -> Result<()> {
         let vocab = self.executor.vocab_size();
-        let mut given = Vec::with_capacity(asks.len());
-        for (a, mut p) in asks.iter().zip(proposals) {
+        let name = self.speculator.as_ref().map_or("", |s| s.proposer.name());
+        for (a, mut p) in round.asks.iter().zip(proposals) {
             p.tokens.truncate(a.max_tokens);
             if !p.probs.is_empty() {
                 if p.probs.len() < p.tokens.len() * vocab {
                     return Err(crate::error::InferError::Backend {
-                        backend: spec.proposer.name(),
+                        backend: name,
                         message: format!(
                             "{} proposals but {} probabilities (vocabulary {vocab})",
                             p.tokens.len(),
@@ -101,17 +129,12 @@ impl<E: Executor> Engine<E> {
                 }
                 self.spec_probs.insert(a.seq, p.probs);
             }
-            given.push((a.seq, p.tokens));
+            self.scheduler.set_proposals(a.seq, p.tokens);
         }
-        drop(asks);
-        drop(wanted);
-        for (seq, p) in given {
-            self.scheduler.set_proposals(seq, p);
-        }
-        for seq in quiet {
+        for seq in round.quiet {
             self.scheduler.set_proposals(seq, Vec::new());
         }
-        self.stats.spec.propose_micros += started.elapsed().as_micros() as u64;
+        self.stats.spec.propose_micros += round.started.elapsed().as_micros() as u64;
         Ok(())
     }
 
@@ -173,5 +196,36 @@ impl<E: Executor> Engine<E> {
             self.scheduler.finish_speculation(c.seq, known + n)?;
         }
         Ok(())
+    }
+}
+
+/// A sequence asking for proposals (`ProposalRequest` borrows from it).
+struct Ask {
+    seq: SeqId,
+    tokens: Vec<u32>,
+    max_tokens: usize,
+    temperature: f32,
+    uniforms: Vec<f64>,
+}
+
+/// One step's proposal round: who asks, and whose old proposals are cleared.
+struct ProposalRound {
+    asks: Vec<Ask>,
+    quiet: Vec<SeqId>,
+    started: Instant,
+}
+
+impl ProposalRound {
+    fn requests(&self) -> Vec<ProposalRequest<'_>> {
+        self.asks
+            .iter()
+            .map(|a| ProposalRequest {
+                seq: a.seq,
+                tokens: &a.tokens,
+                max_tokens: a.max_tokens,
+                temperature: a.temperature,
+                uniforms: &a.uniforms,
+            })
+            .collect()
     }
 }

@@ -1,19 +1,18 @@
 //! GGUF models: config from metadata (the family's keys in `model::families`), tensors by
 //! their GGUF names, tokenizer from metadata.
 
-mod dtype;
+pub(crate) mod dtype;
 pub mod kquants;
 mod reader;
 
 pub use dtype::GgmlType;
 pub use reader::{GgufFile, GgufTensorInfo, GgufValue};
 
-use crate::config::{Features, ModelConfig};
 use crate::error::{InferError, Result};
+use crate::host_tensor::{HostTensor, PackedTensor};
 use crate::model::names::Format;
-use crate::model::registry;
-use crate::rope::{longrope_attention_factor, yarn_mscale, Rope, RopeScaling};
-use crate::weights::{HostTensor, PackedTensor, TensorStore};
+use crate::rope::{longrope_attention_factor, yarn_mscale, RopeScaling};
+use crate::weights::TensorStore;
 
 /// Tensors the config itself may need before any weight: Llama 3.1's RoPE frequencies and
 /// Phi-3's LongRoPE factors.
@@ -22,31 +21,6 @@ pub const CONFIG_TENSORS: [&str; 3] = [
     "rope_factors_long.weight",
     "rope_factors_short.weight",
 ];
-
-/// Everything read from a GGUF file's header before its tensors: the metadata and tensor
-/// table, the model configuration and the tokenizer, from bytes that may be anything. The fuzz
-/// target (`core/fuzz`) and its replayed corpus drive this: it must return, never panic, loop
-/// or allocate by a size the bytes merely claim.
-pub fn read_untrusted(bytes: &[u8]) -> Result<(ModelConfig, crate::Tokenizer)> {
-    let mut file =
-        GgufFile::from_header("untrusted.gguf", bytes, bytes.len() as u64)?.ok_or_else(|| {
-            InferError::Gguf {
-                path: "untrusted.gguf".into(),
-                reason: "the header runs past the end of the file".into(),
-            }
-        })?;
-    for name in CONFIG_TENSORS {
-        if let Some(info) = file.tensors.get(name) {
-            // In range: the header's checks held every tensor to the file's length.
-            let (a, b) = GgufFile::tensor_range(info);
-            let kept = bytes[a as usize..b as usize].to_vec();
-            file.keep_tensor(name, kept)?;
-        }
-    }
-    let config = file.model_config()?;
-    let tokenizer = crate::Tokenizer::from_gguf(&file)?;
-    Ok((config, tokenizer))
-}
 
 impl GgufFile {
     pub(crate) fn arch_key(&self, key: &str) -> String {
@@ -69,7 +43,7 @@ impl GgufFile {
         }
     }
 
-    fn require_usize(&self, key: &str) -> Result<usize> {
+    pub(crate) fn require_usize(&self, key: &str) -> Result<usize> {
         self.meta_usize(key)?
             .ok_or_else(|| self.bad(format!("metadata `{key}` is missing")))
     }
@@ -93,80 +67,9 @@ impl GgufFile {
         }
     }
 
-    /// Reads the model configuration from the metadata: the common keys here, the family's
-    /// own in its `gguf_features`.
-    pub fn model_config(&self) -> Result<ModelConfig> {
-        let arch = self
-            .get("general.architecture")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| self.bad("metadata `general.architecture` is missing".into()))?
-            .to_string();
-        let k = |s: &str| self.arch_key(s);
-        let experts = self.meta_usize(&k("expert_count"))?;
-        let spec = registry::by_gguf(&arch, experts.map(|n| n as u64))?;
-        let hidden = self.require_usize(&k("embedding_length"))?;
-        let heads = self.require_usize(&k("attention.head_count"))?;
-        let kv_heads = self
-            .meta_usize(&k("attention.head_count_kv"))?
-            .unwrap_or(heads);
-        let head_dim = match self.meta_usize(&k("attention.key_length"))? {
-            Some(d) => d,
-            None if heads > 0 => hidden / heads,
-            None => 0,
-        };
-        let vocab = match self.meta_usize(&k("vocab_size"))? {
-            Some(v) => v,
-            None => self
-                .get("tokenizer.ggml.tokens")
-                .and_then(|t| t.as_array())
-                .map(|t| t.len())
-                .ok_or_else(|| self.bad("no vocab_size and no tokenizer.ggml.tokens".into()))?,
-        };
-        let max_pos = self.require_usize(&k("context_length"))?;
-        let rope = Rope {
-            theta: self.meta_f64(&k("rope.freq_base"))?.unwrap_or(10000.0),
-            scaling: self.rope_scaling(max_pos)?,
-            rotary_dim: self
-                .meta_usize(&k("rope.dimension_count"))?
-                .unwrap_or(head_dim),
-        };
-        let mut config = ModelConfig {
-            vocab_size: vocab,
-            hidden_size: hidden,
-            intermediate_size: self.require_usize(&k("feed_forward_length"))?,
-            num_layers: self.require_usize(&k("block_count"))?,
-            num_heads: heads,
-            num_kv_heads: kv_heads,
-            head_dim,
-            rms_norm_eps: self
-                .meta_f64(&k("attention.layer_norm_rms_epsilon"))?
-                .unwrap_or(1e-5) as f32,
-            rope,
-            rope_style: spec.gguf_rope_style,
-            max_position_embeddings: max_pos,
-            tie_word_embeddings: !self.tensors.contains_key("output.weight"),
-            attention_bias: self.tensors.contains_key("blk.0.attn_q.bias"),
-            architecture: spec.name.to_string(),
-            family: spec.family,
-            features: Features::default(),
-        };
-        // Sizes first, before the family's features build anything per layer.
-        config.check_limits().map_err(|e| match e {
-            InferError::Config(m) => self.bad(m),
-            other => other,
-        })?;
-        self.check_layers_present(config.num_layers)?;
-        (spec.gguf_features)(self, &mut config)?;
-        config.validate().map_err(|e| match e {
-            InferError::Config(m) => self.bad(m),
-            other => other,
-        })?;
-        Ok(config)
-    }
-
     /// `block_count` against the tensors: every layer up to it must have tensors (`blk.{i}.`), so
     /// a corrupt count is refused before anything is sized by it.
-    fn check_layers_present(&self, num_layers: usize) -> Result<()> {
+    pub(crate) fn check_layers_present(&self, num_layers: usize) -> Result<()> {
         let mut present = std::collections::BTreeSet::new();
         for name in self.tensors.keys() {
             let index = name
@@ -223,7 +126,7 @@ impl GgufFile {
         }
     }
 
-    fn rope_scaling(&self, max_pos: usize) -> Result<Option<RopeScaling>> {
+    pub(crate) fn rope_scaling(&self, max_pos: usize) -> Result<Option<RopeScaling>> {
         if let Some(info) = self.tensors.get("rope_freqs.weight") {
             let t = self.dequantize(info)?;
             return Ok(Some(RopeScaling::FreqFactors(t.data)));

@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::config::{Features, ModelConfig};
 use crate::error::{InferError, Result};
-use crate::model::registry::{self, FamilySpec};
-use crate::rope::{longrope_attention_factor, yarn_mscale, Rope, RopeScaling, RopeStyle};
+use crate::rope::{longrope_attention_factor, yarn_mscale, Rope, RopeScaling};
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(|e| InferError::io(path, e))?;
@@ -260,9 +258,10 @@ impl HfConfig {
         })
     }
 
-    fn check_math_keys(&self, spec: &FamilySpec) -> Result<()> {
+    /// Refuses a key that changes the math unless the family reads it (`family_keys`).
+    pub(crate) fn check_math_keys(&self, family: &str, family_keys: &[&str]) -> Result<()> {
         for (key, neutral) in MATH_KEYS {
-            if spec.hf_keys.contains(key) {
+            if family_keys.contains(key) {
                 continue;
             }
             let Some(v) = self.raw.get(*key) else {
@@ -279,7 +278,7 @@ impl HfConfig {
             if !same {
                 return Err(self.bad(format!(
                     "`{key}` = {v} changes the model's math and {} models do not have it; refusing rather than ignoring it",
-                    spec.name
+                    family
                 )));
             }
         }
@@ -287,66 +286,15 @@ impl HfConfig {
             let all_full = types
                 .as_array()
                 .is_some_and(|l| l.iter().all(|t| t == "full_attention"));
-            if !all_full && !spec.hf_keys.contains(&"layer_types") {
+            if !all_full && !family_keys.contains(&"layer_types") {
                 return Err(self.bad(format!(
                     "`layer_types` sets sliding layers and {} models do not have them",
-                    spec.name
+                    family
                 )));
             }
         }
         Ok(())
     }
-}
-
-pub fn parse_config(path: &Path) -> Result<ModelConfig> {
-    let hf = HfConfig::open(path)?;
-    if hf.get("text_config").is_some() {
-        return Err(hf.bad(
-            "a multimodal checkpoint (`text_config`); only text models are supported: use the text model's own checkpoint",
-        ));
-    }
-    let architectures: Vec<String> = hf
-        .get("architectures")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    let spec = registry::by_hf(hf.str("model_type")?, &architectures)?;
-    hf.check_math_keys(spec)?;
-    let hidden = hf.require_usize("hidden_size")?;
-    let heads = hf.require_usize("num_attention_heads")?;
-    let head_dim = match hf.usize("head_dim")? {
-        Some(d) => d,
-        None => hidden / heads.max(1),
-    };
-    let max_pos = hf.require_usize("max_position_embeddings")?;
-    let mut config = ModelConfig {
-        architecture: spec.name.to_string(),
-        family: spec.family,
-        vocab_size: hf.require_usize("vocab_size")?,
-        hidden_size: hidden,
-        intermediate_size: hf.require_usize("intermediate_size")?,
-        num_layers: hf.require_usize("num_hidden_layers")?,
-        num_heads: heads,
-        num_kv_heads: hf.usize("num_key_value_heads")?.unwrap_or(heads),
-        head_dim,
-        rms_norm_eps: hf.f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
-        rope: hf.rope("full_attention", head_dim, max_pos)?,
-        rope_style: RopeStyle::HalfSplit,
-        max_position_embeddings: max_pos,
-        tie_word_embeddings: hf.bool("tie_word_embeddings")?.unwrap_or(false),
-        attention_bias: false,
-        features: Features::default(),
-    };
-    (spec.hf_features)(&hf, &mut config)?;
-    config.validate().map_err(|e| match e {
-        InferError::Config(m) => hf.bad(m),
-        other => other,
-    })?;
-    Ok(config)
 }
 
 #[cfg(feature = "native")]

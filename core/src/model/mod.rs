@@ -7,7 +7,9 @@ pub mod decoder;
 pub mod families;
 mod mlp;
 pub mod names;
+pub mod read_config;
 pub mod registry;
+pub mod weight_name;
 
 pub use decoder::{checked_max_model_len, upload_shard, upload_weight, LoadProgress, Model};
 pub use registry::{Family, FamilySpec, FAMILIES};

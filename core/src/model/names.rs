@@ -5,7 +5,8 @@
 use std::ops::Range;
 
 use crate::config::ModelConfig;
-use crate::weights::{HostTensor, LayerWeight, WeightName};
+use crate::host_tensor::HostTensor;
+use crate::model::weight_name::{LayerWeight, WeightName};
 
 /// The two file formats' naming schemes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

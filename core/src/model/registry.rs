@@ -4,28 +4,12 @@
 
 use super::families;
 use super::names::TensorNames;
+pub use crate::config::Family;
 use crate::config::ModelConfig;
 use crate::error::{InferError, Result};
 use crate::gguf::GgufFile;
 use crate::hf::HfConfig;
 use crate::rope::RopeStyle;
-
-/// The families infer runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    Llama,
-    Mistral,
-    Qwen2,
-    Qwen3,
-    Gemma2,
-    Gemma3,
-    Phi3,
-    Granite,
-    Olmo2,
-    Qwen3Moe,
-    Mixtral,
-    GptOss,
-}
 
 /// How one family reads its config and names its tensors.
 pub struct FamilySpec {

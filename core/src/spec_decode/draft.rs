@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::{Proposal, ProposalRequest, Proposer};
+use super::{Proposal, ProposalRequest, Proposer, Round};
+use crate::backend::{PendingLogits, StepLogits};
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, PrefixHit, SeqId};
 use crate::engine::Executor;
@@ -20,6 +21,18 @@ pub struct DraftProposer<E: Executor> {
     /// Per sequence, the tokens whose K/V the draft cache holds (in position order).
     cached: HashMap<SeqId, Vec<u32>>,
     block_size: usize,
+    /// The round in progress (`begin` to `Round::Done`).
+    round: Option<DraftRound>,
+}
+
+/// A round of proposals between its forwards.
+struct DraftRound {
+    drafting: Vec<Drafting>,
+    num_requests: usize,
+    /// Forwards done; the next one feeds every sequence that wants more than this many.
+    done: usize,
+    /// Forwards in all: the most proposals any sequence wants.
+    rounds: usize,
 }
 
 /// One sequence being drafted this step.
@@ -27,6 +40,8 @@ struct Drafting {
     /// Index into the requests.
     request: usize,
     seq: SeqId,
+    /// The sequence's own tokens (the proposals follow them in `tokens`).
+    known: usize,
     /// Tokens fed so far (the sequence's, then the draft's own).
     tokens: Vec<u32>,
     /// How many of `tokens` have K/V in the draft cache.
@@ -46,6 +61,7 @@ impl<E: Executor> DraftProposer<E> {
             blocks: BlockManager::new(block_size, num_blocks, 0, false),
             cached: HashMap::new(),
             block_size,
+            round: None,
         }
     }
 
@@ -87,6 +103,7 @@ impl<E: Executor> DraftProposer<E> {
         Ok(Some(Drafting {
             request,
             seq: r.seq,
+            known: len,
             tokens: r.tokens.to_vec(),
             computed: common,
             wanted: r.max_tokens,
@@ -96,8 +113,8 @@ impl<E: Executor> DraftProposer<E> {
         }))
     }
 
-    /// One batched forward over every sequence still drafting; each gets its next token.
-    fn forward(&mut self, drafting: &mut [&mut Drafting]) -> Result<()> {
+    /// Submits one batched forward over every sequence still drafting.
+    fn submit(&mut self, drafting: &[&mut Drafting]) -> Result<PendingLogits> {
         let chunks: Vec<SequenceChunk> = drafting
             .iter()
             .map(|d| SequenceChunk {
@@ -110,9 +127,11 @@ impl<E: Executor> DraftProposer<E> {
             .collect();
         let mut batch = BatchInput::build(&chunks, self.block_size)?;
         batch.argmax_only = drafting.iter().all(|d| d.temperature <= 0.0);
-        let read = self.executor.submit(&CacheOps::default(), Some(&batch))?;
-        let executor = &self.executor;
-        let logits = read.wait(|| executor.wait())?;
+        self.executor.submit(&CacheOps::default(), Some(&batch))
+    }
+
+    /// Each sequence of the forward gets its next token from the forward's logits.
+    fn absorb(&self, drafting: &mut [&mut Drafting], logits: StepLogits) -> Result<()> {
         let vocab = self.executor.vocab_size().max(1);
         let rows = match &logits.argmax {
             Some(ids) => ids.len(),
@@ -174,8 +193,59 @@ fn draw_with_q(row: &[f32], temperature: f32, u: f64, q: &mut Vec<f32>) -> u32 {
     token.unwrap_or_else(|| dist.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32)
 }
 
+impl<E: Executor> DraftProposer<E> {
+    /// The round's next forward, or its proposals once every sequence has its tokens.
+    fn next(&mut self) -> Result<Round> {
+        let Some(round) = self.round.as_mut() else {
+            return Ok(Round::Done(Vec::new()));
+        };
+        if round.done < round.rounds {
+            let done = round.done;
+            let mut drafting = std::mem::take(&mut round.drafting);
+            let active: Vec<&mut Drafting> =
+                drafting.iter_mut().filter(|d| d.wanted > done).collect();
+            let read = self.submit(&active);
+            if let Some(round) = self.round.as_mut() {
+                round.drafting = drafting;
+            }
+            return match read {
+                Ok(read) => Ok(Round::Forward(read)),
+                Err(e) => Err(self.abandon(e)),
+            };
+        }
+        let Some(round) = self.round.take() else {
+            return Ok(Round::Done(Vec::new()));
+        };
+        let mut out = vec![Proposal::default(); round.num_requests];
+        for d in round.drafting {
+            let tokens = d.tokens[d.known..].to_vec();
+            // The last proposal was never fed back: the cache ends before it.
+            self.cached
+                .insert(d.seq, d.tokens[..d.tokens.len() - 1].to_vec());
+            out[d.request] = Proposal {
+                tokens,
+                probs: d.probs,
+            };
+        }
+        Ok(Round::Done(out))
+    }
+
+    /// Ends a failed round: the cache may hold half a step, so every sequence of the round
+    /// starts over next time.
+    fn abandon(&mut self, e: InferError) -> InferError {
+        if let Some(round) = self.round.take() {
+            round.drafting.iter().for_each(|d| self.forget(d.seq));
+        }
+        e
+    }
+}
+
 impl<E: Executor> Proposer for DraftProposer<E> {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
+    fn begin(&mut self, requests: &[ProposalRequest]) -> Result<Round> {
+        if let Some(stale) = self.round.take() {
+            // A round left unfinished (its caller failed): its cache state is unknown.
+            stale.drafting.iter().for_each(|d| self.forget(d.seq));
+        }
         let mut drafting = Vec::new();
         for (i, r) in requests.iter().enumerate() {
             if r.max_tokens == 0 || r.tokens.is_empty() {
@@ -186,28 +256,43 @@ impl<E: Executor> Proposer for DraftProposer<E> {
             }
         }
         let rounds = drafting.iter().map(|d| d.wanted).max().unwrap_or(0);
-        for round in 0..rounds {
-            let mut active: Vec<&mut Drafting> =
-                drafting.iter_mut().filter(|d| d.wanted > round).collect();
-            if let Err(e) = self.forward(&mut active) {
-                // The cache may hold half a step: start every sequence over next time.
-                let seqs: Vec<SeqId> = drafting.iter().map(|d| d.seq).collect();
-                seqs.into_iter().for_each(|s| self.forget(s));
-                return Err(e);
-            }
+        self.round = Some(DraftRound {
+            drafting,
+            num_requests: requests.len(),
+            done: 0,
+            rounds,
+        });
+        self.next()
+    }
+
+    fn resume(&mut self, logits: Result<StepLogits>) -> Result<Round> {
+        let logits = match logits {
+            Ok(l) => l,
+            Err(e) => return Err(self.abandon(e)),
+        };
+        let Some(mut round) = self.round.take() else {
+            return Err(InferError::invalid(
+                "speculative_config",
+                "the draft model got logits with no round in progress",
+            ));
+        };
+        let done = round.done;
+        let mut active: Vec<&mut Drafting> = round
+            .drafting
+            .iter_mut()
+            .filter(|d| d.wanted > done)
+            .collect();
+        let absorbed = self.absorb(&mut active, logits);
+        round.done += 1;
+        self.round = Some(round);
+        match absorbed {
+            Ok(()) => self.next(),
+            Err(e) => Err(self.abandon(e)),
         }
-        let mut out = vec![Proposal::default(); requests.len()];
-        for d in drafting {
-            let tokens = d.tokens[requests[d.request].tokens.len()..].to_vec();
-            // The last proposal was never fed back: the cache ends before it.
-            self.cached
-                .insert(d.seq, d.tokens[..d.tokens.len() - 1].to_vec());
-            out[d.request] = Proposal {
-                tokens,
-                probs: d.probs,
-            };
-        }
-        Ok(out)
+    }
+
+    fn wait_device(&self) -> Result<()> {
+        self.executor.wait()
     }
 
     fn retain(&mut self, live: &dyn Fn(SeqId) -> bool) {

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use draft::DraftProposer;
 pub use ngram::NgramProposer;
 
+use crate::backend::{PendingLogits, StepLogits};
 use crate::block_manager::SeqId;
 use crate::error::{InferError, Result};
 
@@ -157,14 +158,73 @@ impl Proposal {
     }
 }
 
-/// Guesses the next tokens of decoding sequences.
+/// Guesses the next tokens of decoding sequences. A round of proposals may need device
+/// forwards (a draft model): `begin` then returns `Round::Forward` with the forward's pending
+/// logits, and the caller hands their read-back to `resume` until `Round::Done`. Waiting is the
+/// caller's: `propose_blocking` blocks (native), `propose_awaiting` awaits (the browser's
+/// event loop), so one proposer serves `Engine::step` and `Engine::step_async` alike.
 pub trait Proposer {
-    /// Up to `max_tokens` proposals for each request, in order (possibly none).
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>>;
+    /// Starts a round for `requests` (up to `max_tokens` proposals each, possibly none).
+    /// Proposers that compute on the host answer `Round::Done` at once.
+    fn begin(&mut self, requests: &[ProposalRequest]) -> Result<Round>;
+    /// Continues the round with the read-back of the forward `begin` or the last `resume`
+    /// returned.
+    fn resume(&mut self, _logits: Result<StepLogits>) -> Result<Round> {
+        Err(InferError::invalid(
+            "speculative_config",
+            format!("the {} proposer runs no forwards", self.name()),
+        ))
+    }
+    /// Drives the device while a forward is in flight (a blocking wait's loop body).
+    fn wait_device(&self) -> Result<()> {
+        Ok(())
+    }
     /// Forgets the sequences for which `live` is false (ended or aborted).
     fn retain(&mut self, _live: &dyn Fn(SeqId) -> bool) {}
     /// For logs and metrics.
     fn name(&self) -> &'static str;
+}
+
+/// Where a round of proposals stands.
+pub enum Round {
+    /// One proposal per request, in order.
+    Done(Vec<Proposal>),
+    /// A forward is on the device: pass its read-back to `Proposer::resume`.
+    Forward(PendingLogits),
+}
+
+/// Runs a round to the end, blocking on each forward's read-back.
+pub fn propose_blocking(
+    p: &mut dyn Proposer,
+    requests: &[ProposalRequest],
+) -> Result<Vec<Proposal>> {
+    let mut round = p.begin(requests)?;
+    loop {
+        match round {
+            Round::Done(proposals) => return Ok(proposals),
+            Round::Forward(read) => {
+                let logits = read.wait(|| p.wait_device());
+                round = p.resume(logits)?;
+            }
+        }
+    }
+}
+
+/// Runs a round to the end, awaiting each forward's read-back (wasm + WebGPU).
+pub async fn propose_awaiting(
+    p: &mut dyn Proposer,
+    requests: &[ProposalRequest<'_>],
+) -> Result<Vec<Proposal>> {
+    let mut round = p.begin(requests)?;
+    loop {
+        match round {
+            Round::Done(proposals) => return Ok(proposals),
+            Round::Forward(read) => {
+                let logits = read.resolve().await;
+                round = p.resume(logits)?;
+            }
+        }
+    }
 }
 
 /// A proposer with the engine's speculation settings.

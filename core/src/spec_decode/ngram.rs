@@ -3,7 +3,7 @@
 //! so it costs microseconds; it pays off where the output copies its input (editing,
 //! summarizing, code that repeats names).
 
-use super::{Proposal, ProposalRequest, Proposer};
+use super::{Proposal, ProposalRequest, Proposer, Round};
 use crate::error::Result;
 
 pub struct NgramProposer {
@@ -43,11 +43,13 @@ impl NgramProposer {
 }
 
 impl Proposer for NgramProposer {
-    fn propose(&mut self, requests: &[ProposalRequest]) -> Result<Vec<Proposal>> {
-        Ok(requests
-            .iter()
-            .map(|r| Proposal::deterministic(self.lookup(r.tokens, r.max_tokens)))
-            .collect())
+    fn begin(&mut self, requests: &[ProposalRequest]) -> Result<Round> {
+        Ok(Round::Done(
+            requests
+                .iter()
+                .map(|r| Proposal::deterministic(self.lookup(r.tokens, r.max_tokens)))
+                .collect(),
+        ))
     }
 
     fn name(&self) -> &'static str {

@@ -177,7 +177,35 @@ class BrowserEngine {
   }
 }
 
-const CREATE_OPTIONS = ['model', 'onProgress', 'kvCacheMiB', 'maxModelLen', 'cache', 'modelName'];
+const CREATE_OPTIONS = ['model', 'onProgress', 'kvCacheMiB', 'maxModelLen', 'cache', 'modelName', 'speculativeConfig'];
+
+/** Refuses, by name, an option that is unknown, missing or of the wrong kind, before any download. */
+function checkCreateOptions(options) {
+  if (options === null || typeof options !== 'object') throw new Error('createEngine: expected an options object, e.g. { model: \'model.gguf\' }');
+  const unknown = Object.keys(options).filter((k) => !CREATE_OPTIONS.includes(k));
+  if (unknown.length) throw new Error(`createEngine: unknown option(s) ${unknown.join(', ')} (known: ${CREATE_OPTIONS.join(', ')})`);
+  const { model, onProgress, kvCacheMiB, maxModelLen, cache, modelName } = options;
+  const isFile = typeof Blob !== 'undefined' && model instanceof Blob;
+  if (model === undefined || model === null || model === '') {
+    throw new Error('createEngine: the `model` option is required: the URL of a GGUF file or a File the user picked');
+  }
+  if (typeof model !== 'string' && !isFile) throw new Error(`createEngine: \`model\` must be a URL string or a File, not ${typeof model}`);
+  if (onProgress !== undefined && typeof onProgress !== 'function') throw new Error('createEngine: `onProgress` must be a function');
+  const positive = (name, v, integer) => {
+    if (v !== undefined && !(typeof v === 'number' && v > 0 && Number.isFinite(v) && (!integer || Number.isInteger(v)))) {
+      throw new Error(`createEngine: \`${name}\` must be a positive ${integer ? 'integer' : 'number'}, not ${JSON.stringify(v)}`);
+    }
+  };
+  positive('kvCacheMiB', kvCacheMiB, false);
+  positive('maxModelLen', maxModelLen, true);
+  if (cache !== undefined && typeof cache !== 'boolean') throw new Error('createEngine: `cache` must be true or false');
+  if (modelName !== undefined && (typeof modelName !== 'string' || !modelName)) throw new Error('createEngine: `modelName` must be a non-empty string');
+  const spec = options.speculativeConfig;
+  if (spec !== undefined) {
+    if (spec === null || typeof spec !== 'object') throw new Error('createEngine: `speculativeConfig` must be an object like { method: \'ngram\', num_speculative_tokens: 4 }');
+    if (spec.model !== undefined && (typeof spec.model !== 'string' || !spec.model)) throw new Error('createEngine: `speculativeConfig.model` must be the draft model\'s URL');
+  }
+}
 
 /**
  * Loads a model and starts the engine in a Web Worker.
@@ -186,15 +214,22 @@ const CREATE_OPTIONS = ['model', 'onProgress', 'kvCacheMiB', 'maxModelLen', 'cac
  * - `onProgress({ phase: 'download' | 'upload', loaded, total })`: bytes done of total.
  * - `kvCacheMiB` (256): the KV pool; halved on out-of-memory errors.
  * - `maxModelLen`: a smaller context than the model's; `cache` (true): use the Cache API;
- * - `modelName`: the `model` replies carry (the file's name by default). Other keys are refused.
+ * - `modelName`: the `model` replies carry (the file's name by default).
+ * - `speculativeConfig`: speculative decoding with vLLM's keys, e.g. `{ method: 'ngram',
+ *   num_speculative_tokens: 4, prompt_lookup_max: 3 }`, or a draft model sharing the target's
+ *   tokenizer: `{ model: 'draft.gguf', num_speculative_tokens: 4 }` (streamed like `model`;
+ *   its progress phase is 'draft-upload'). `stats()` reports `spec_decode`.
+ * Other keys are refused.
  * Rejects with a clear message for a missing WebGPU, a corrupt or unsupported file.
  */
 export async function createEngine(options = {}) {
-  if (!('gpu' in navigator)) throw new Error('this browser has no WebGPU (navigator.gpu is missing)');
-  const unknown = Object.keys(options).filter((k) => !CREATE_OPTIONS.includes(k));
-  if (unknown.length) throw new Error(`createEngine: unknown option(s) ${unknown.join(', ')} (known: ${CREATE_OPTIONS.join(', ')})`);
+  checkCreateOptions(options);
+  if (typeof navigator === 'undefined' || !('gpu' in navigator)) throw new Error('this browser has no WebGPU (navigator.gpu is missing)');
   const { onProgress, ...rest } = options;
   if (typeof rest.model === 'string') rest.model = new URL(rest.model, document.baseURI).href;
+  if (rest.speculativeConfig && rest.speculativeConfig.model) {
+    rest.speculativeConfig = { ...rest.speculativeConfig, model: new URL(rest.speculativeConfig.model, document.baseURI).href };
+  }
   const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
   const info = await new Promise((resolve, reject) => {
     worker.onerror = (e) => reject(new Error(`the engine worker failed to start: ${e.message || e}`));

@@ -94,7 +94,43 @@ async function openSource(model, useCache) {
   return rangeSource(url);
 }
 
-async function load({ model, kvCacheMiB, maxModelLen, cache, modelName }) {
+// Streams the GGUF behind `src` into `loader` (header, config tensors, then every weight
+// uploaded to the GPU); `phase` names the progress events.
+async function stream(src, phase, loader) {
+  let want = Math.min(HEADER_PROBE, src.size);
+  for (;;) {
+    const prefix = new Uint8Array(await src.read(0, want));
+    if (loader.parse_header(src.name, prefix, src.size)) break;
+    if (want >= src.size) throw new Error(`${src.name}: the GGUF header runs past the end of the file`);
+    want = Math.min(want * 4, src.size);
+  }
+  for (let r = loader.config_tensor_range(); r; r = loader.config_tensor_range()) {
+    loader.set_config_tensor(new Uint8Array(await src.read(r[0], r[1])));
+  }
+  const config = JSON.parse(loader.prepare());
+  let uploaded = 0;
+  for (let r = loader.next_tensor(); r; r = loader.next_tensor()) {
+    const bytes = new Uint8Array(await src.read(r[0], r[1]));
+    loader.upload_tensor(bytes);
+    uploaded += r[1] - r[0];
+    progress(phase, uploaded, src.size);
+  }
+  return config;
+}
+
+// Opens `model` (a URL or a File) and streams it into `loader`, dropping a cached copy that
+// fails to load.
+async function loadModel(model, useCache, phase, loader) {
+  const src = await openSource(model, useCache);
+  try {
+    return { src, config: await stream(src, phase, loader) };
+  } catch (e) {
+    if (src.cache && src.url) await src.cache.delete(src.url).catch(() => {});
+    throw e;
+  }
+}
+
+async function load({ model, kvCacheMiB, maxModelLen, cache, modelName, speculativeConfig }) {
   const started = performance.now();
   await init();
   const loader = await WebLoader.open();
@@ -104,37 +140,20 @@ async function load({ model, kvCacheMiB, maxModelLen, cache, modelName }) {
   const described = gpu && [gpu.vendor, gpu.architecture, gpu.description].filter(Boolean).join(' ');
   if (described) adapter.name = `${described} ${adapter.name.trim()}`;
   post({ type: 'adapter', adapter });
-  const src = await openSource(model, cache !== false);
-  try {
-    let want = Math.min(HEADER_PROBE, src.size);
-    for (;;) {
-      const prefix = new Uint8Array(await src.read(0, want));
-      if (loader.parse_header(src.name, prefix, src.size)) break;
-      if (want >= src.size) throw new Error(`${src.name}: the GGUF header runs past the end of the file`);
-      want = Math.min(want * 4, src.size);
-    }
-    for (let r = loader.config_tensor_range(); r; r = loader.config_tensor_range()) {
-      loader.set_config_tensor(new Uint8Array(await src.read(r[0], r[1])));
-    }
-    const config = JSON.parse(loader.prepare());
-    let uploaded = 0;
-    for (let r = loader.next_tensor(); r; r = loader.next_tensor()) {
-      const bytes = new Uint8Array(await src.read(r[0], r[1]));
-      loader.upload_tensor(bytes);
-      uploaded += r[1] - r[0];
-      progress('upload', uploaded, src.size);
-    }
-    engine = new WebEngine(loader, modelName || String(src.name).split('/').pop(), maxModelLen || 0);
-    const kv = JSON.parse(await engine.allocate(kvCacheMiB || 256));
-    post({
-      type: 'ready',
-      info: { adapter, config, kv, fromCache: src.fromCache, loadMs: performance.now() - started },
-    });
-  } catch (e) {
-    // A file that fails to load must not stay cached.
-    if (src.cache && src.url) await src.cache.delete(src.url).catch(() => {});
-    throw e;
+  // A draft model (`speculativeConfig.model`, its URL) streams like the target, onto the same
+  // device.
+  const draft = speculativeConfig && speculativeConfig.model ? loader.sibling() : undefined;
+  const { src, config } = await loadModel(model, cache !== false, 'upload', loader);
+  engine = new WebEngine(loader, modelName || String(src.name).split('/').pop(), maxModelLen || 0);
+  if (speculativeConfig) {
+    if (draft) await loadModel(speculativeConfig.model, cache !== false, 'draft-upload', draft);
+    engine.set_speculation(JSON.stringify(speculativeConfig), draft);
   }
+  const kv = JSON.parse(await engine.allocate(kvCacheMiB || 256));
+  post({
+    type: 'ready',
+    info: { adapter, config, kv, fromCache: src.fromCache, loadMs: performance.now() - started },
+  });
 }
 
 function apply(msg) {

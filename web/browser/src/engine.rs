@@ -9,12 +9,15 @@ use std::sync::Arc;
 use infer_api::RequestError;
 use infer_core::backend::Backend;
 use infer_core::model::checked_max_model_len;
-use infer_core::{Engine, EngineOptions, Model, ModelExecutor, PreemptionMode, SchedulerConfig};
+use infer_core::spec_decode::SpeculativeConfig;
+use infer_core::{
+    Engine, EngineOptions, Model, ModelExecutor, PreemptionMode, SchedulerConfig, Speculation,
+};
 use infer_wgpu::WgpuBackend;
 use serde_json::json;
 use wasm_bindgen::prelude::*;
 
-use crate::loader::{js_err, WebLoader};
+use crate::loader::{js_err, Header, WebLoader};
 use crate::session::{Event, Session};
 use crate::{BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, MIN_KV_CACHE_MIB};
 
@@ -24,6 +27,9 @@ struct Inner {
     session: Session,
     engine: Option<Engine<ModelExecutor<WgpuBackend>>>,
     kv_cache_mib: usize,
+    /// Speculative decoding asked for (`set_speculation`), built into the engine by
+    /// `allocate`.
+    speculation: Option<(SpeculativeConfig, Option<Arc<Model<WgpuBackend>>>)>,
 }
 
 #[wasm_bindgen]
@@ -57,29 +63,8 @@ impl WebEngine {
         model_name: String,
         max_model_len: usize,
     ) -> Result<WebEngine, JsError> {
-        let WebLoader {
-            backend,
-            header,
-            uploaded,
-            ..
-        } = loader;
-        let h = header.ok_or_else(|| js_err("the loader has no model"))?;
-        if uploaded.len() != h.plan.len() {
-            return Err(js_err(format!(
-                "{} of {} weights uploaded",
-                uploaded.len(),
-                h.plan.len()
-            )));
-        }
-        let asked = (max_model_len > 0).then_some(max_model_len);
-        let max_len = checked_max_model_len(&h.config, asked).map_err(js_err)?;
-        let mut weights = uploaded.into_iter();
-        let model = Model::from_weights(&backend, &h.config, max_len, h.has_lm_head, &mut |w| {
-            weights.next().ok_or_else(|| {
-                infer_core::InferError::invalid("weights", format!("{w:?} was not uploaded"))
-            })
-        })
-        .map_err(js_err)?;
+        let (backend, h, model) = model_from_loader(loader, max_model_len)?;
+        let max_len = model.max_model_len();
         let session = Session::new(h.tokenizer, model_name, max_len);
         Ok(WebEngine {
             inner: Rc::new(RefCell::new(Inner {
@@ -88,8 +73,51 @@ impl WebEngine {
                 session,
                 engine: None,
                 kv_cache_mib: 0,
+                speculation: None,
             })),
         })
+    }
+
+    /// Speculative decoding from the next `allocate` on: `config` is vLLM's
+    /// `speculative_config` JSON (`{"method": "ngram", "num_speculative_tokens": 4}`); a
+    /// draft model comes as its own loader (`draft`), streamed like the target, and must share
+    /// the target's vocabulary.
+    pub fn set_speculation(&self, config: &str, draft: Option<WebLoader>) -> Result<(), JsError> {
+        let config: SpeculativeConfig =
+            serde_json::from_str(config).map_err(|e| js_err(format!("speculativeConfig: {e}")))?;
+        let method = config.method().map_err(js_err)?;
+        let mut i = self.inner.try_borrow_mut().map_err(|_| busy())?;
+        let draft = match (method, draft) {
+            (infer_core::spec_decode::SpecMethod::Ngram { .. }, None) => None,
+            (infer_core::spec_decode::SpecMethod::Ngram { .. }, Some(_)) => {
+                return Err(js_err(
+                    "speculativeConfig: method ngram takes no draft model",
+                ))
+            }
+            (infer_core::spec_decode::SpecMethod::Draft { model }, None) => {
+                return Err(js_err(format!(
+                    "speculativeConfig: the draft model {model} was not loaded"
+                )))
+            }
+            (infer_core::spec_decode::SpecMethod::Draft { model: name }, Some(loader)) => {
+                let (_, h, draft) = model_from_loader(loader, i.model.max_model_len())?;
+                let (dv, tv) = (draft.config().vocab_size, i.model.config().vocab_size);
+                let (dt, tt) = (
+                    h.tokenizer.vocab_size(),
+                    i.session.tokenizer_arc().vocab_size(),
+                );
+                if dv != tv || dt != tt {
+                    return Err(js_err(format!(
+                        "speculativeConfig: the draft model {name} has a vocabulary of {dv} \
+                         ({dt} in its tokenizer), the target {tv} ({tt}): a draft must share \
+                         the target's tokenizer"
+                    )));
+                }
+                Some(Arc::new(draft))
+            }
+        };
+        i.speculation = Some((config, draft));
+        Ok(())
     }
 
     /// Allocates the KV pool: `kv_cache_mib`, halved on each out-of-memory error down to
@@ -98,12 +126,18 @@ impl WebEngine {
     pub fn allocate(&self, kv_cache_mib: usize) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let (backend, model) = {
+            let (backend, model, speculation) = {
                 let i = inner.try_borrow().map_err(|_| busy())?;
-                (i.backend.clone(), i.model.clone())
+                (i.backend.clone(), i.model.clone(), i.speculation.clone())
+            };
+            let element = backend.kv_element_bytes();
+            // A draft model keeps a block for every block of the target's pool.
+            let draft_bytes = match &speculation {
+                Some((_, Some(d))) => d.kv_cache_spec(1, BLOCK_SIZE).bytes_per_block(element),
+                _ => 0,
             };
             let spec = model.kv_cache_spec(1, BLOCK_SIZE);
-            let block_bytes = spec.bytes_per_block(backend.kv_element_bytes());
+            let block_bytes = spec.bytes_per_block(element) + draft_bytes;
             let mut mib = kv_cache_mib.max(MIN_KV_CACHE_MIB);
             // The core builder sizes the pool and makes the executor; WebGPU cannot report
             // free memory, so an out-of-memory error halves the request instead.
@@ -124,7 +158,8 @@ impl WebEngine {
                 };
                 let device = &backend.context().device;
                 let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-                let made = options.executor(backend.clone(), model.clone(), false, None, 0);
+                let made =
+                    options.executor(backend.clone(), model.clone(), false, None, draft_bytes);
                 let oom = scope.pop().await;
                 match (made, oom) {
                     (Ok(made), None) => break made,
@@ -141,7 +176,17 @@ impl WebEngine {
             let (blocks, max_len) = (config.num_device_blocks, config.max_model_len);
             let mut i = inner.try_borrow_mut().map_err(|_| busy())?;
             let tokenizer = i.session.tokenizer_arc();
-            let engine = Engine::new(executor, Some(tokenizer), config).map_err(js_err)?;
+            let mut engine = Engine::new(executor, Some(tokenizer), config).map_err(js_err)?;
+            if let Some((config_json, draft)) = speculation {
+                let speculation = Speculation {
+                    config: config_json,
+                    draft,
+                };
+                let speculator = speculation
+                    .speculator(backend.clone(), &config)
+                    .map_err(js_err)?;
+                engine.set_speculator(Some(speculator));
+            }
             i.session.set_max_model_len(max_len);
             i.engine = Some(engine);
             i.kv_cache_mib = mib;
@@ -151,6 +196,7 @@ impl WebEngine {
                 "block_size": BLOCK_SIZE,
                 "max_model_len": max_len,
                 "backend": i.backend.name(),
+                "speculation": i.speculation.as_ref().map(|(c, _)| c),
             });
             Ok(JsValue::from_str(&info.to_string()))
         })
@@ -262,7 +308,40 @@ impl WebEngine {
             "last_step_ms": s.last_step_time.as_secs_f64() * 1e3,
             "active_requests": i.session.num_active(),
             "kv_cache_mib": i.kv_cache_mib,
+            "spec_decode": s.spec,
         })
         .to_string())
     }
+}
+
+/// The model a loader streamed (every weight uploaded), with its context checked against
+/// `max_model_len` (0: the model's own).
+fn model_from_loader(
+    loader: WebLoader,
+    max_model_len: usize,
+) -> Result<(WgpuBackend, Header, Model<WgpuBackend>), JsError> {
+    let WebLoader {
+        backend,
+        header,
+        uploaded,
+        ..
+    } = loader;
+    let h = header.ok_or_else(|| js_err("the loader has no model"))?;
+    if uploaded.len() != h.plan.len() {
+        return Err(js_err(format!(
+            "{} of {} weights uploaded",
+            uploaded.len(),
+            h.plan.len()
+        )));
+    }
+    let asked = (max_model_len > 0).then_some(max_model_len);
+    let max_len = checked_max_model_len(&h.config, asked).map_err(js_err)?;
+    let mut weights = uploaded.into_iter();
+    let model = Model::from_weights(&backend, &h.config, max_len, h.has_lm_head, &mut |w| {
+        weights.next().ok_or_else(|| {
+            infer_core::InferError::invalid("weights", format!("{w:?} was not uploaded"))
+        })
+    })
+    .map_err(js_err)?;
+    Ok((backend, h, model))
 }

@@ -56,6 +56,18 @@ impl WebLoader {
         })
     }
 
+    /// A second loader on the same device (a draft model's: its weights must live where the
+    /// target's do).
+    pub fn sibling(&self) -> WebLoader {
+        WebLoader {
+            backend: self.backend.clone(),
+            gguf: None,
+            config_tensors_kept: Vec::new(),
+            header: None,
+            uploaded: Vec::new(),
+        }
+    }
+
     /// The adapter and the limits that matter here, as JSON.
     pub fn adapter(&self) -> String {
         let ctx = self.backend.context();

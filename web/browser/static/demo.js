@@ -6,6 +6,8 @@ import { createEngine } from './infer.js';
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 $('model-url').value = params.get('model') || 'model.gguf';
+$('draft-url').value = params.get('draft') || '';
+$('speculate').checked = params.has('speculate') || params.has('draft');
 let engine = null;
 const conversations = { 'chat-a': [], 'chat-b': [] };
 const live = new Set();
@@ -33,15 +35,22 @@ async function load() {
   show($('load-status'), 'loading…');
   try {
     if (engine) engine.terminate();
+    // Speculative decoding: prompt lookup, or a draft model when one is named.
+    const draft = $('draft-url').value.trim();
+    const speculativeConfig = !$('speculate').checked ? undefined
+      : draft ? { model: draft, num_speculative_tokens: 4 }
+        : { method: 'ngram', num_speculative_tokens: 4, prompt_lookup_max: 3 };
     engine = await createEngine({
       model,
+      speculativeConfig,
       kvCacheMiB: Number($('kv').value) || 256,
       onProgress: (p) => {
         if (p.phase === 'adapter') return;
         $('bar').max = p.total || 1;
         $('bar').value = p.loaded;
         const mib = (b) => (b / 2 ** 20).toFixed(1);
-        show($('load-status'), `${p.phase === 'download' ? 'downloading' : 'uploading to the GPU'} ${mib(p.loaded)} / ${mib(p.total)} MiB`);
+        const doing = { download: 'downloading', upload: 'uploading to the GPU', 'draft-upload': 'uploading the draft model' }[p.phase] || p.phase;
+        show($('load-status'), `${doing} ${mib(p.loaded)} / ${mib(p.total)} MiB`);
       },
     });
     engine.onFatal = (e) => show($('load-status'), `engine stopped: ${e.message}`, 'error');
@@ -113,7 +122,9 @@ $('ask').onsubmit = async (ev) => {
   const chats = $('two').checked ? ['chat-a', 'chat-b'] : ['chat-a'];
   const timer = setInterval(async () => {
     const s = await engine.stats();
-    $('stats').textContent = `running ${s.num_running} · waiting ${s.num_waiting} · KV blocks ${s.kv_blocks_used}/${s.kv_blocks_total} · step ${s.last_step_ms.toFixed(0)} ms`;
+    const sd = s.spec_decode;
+    const spec = sd && sd.num_drafts ? ` · speculation: ${sd.num_accepted_tokens}/${sd.num_draft_tokens} proposals accepted` : '';
+    $('stats').textContent = `running ${s.num_running} · waiting ${s.num_waiting} · KV blocks ${s.kv_blocks_used}/${s.kv_blocks_total} · step ${s.last_step_ms.toFixed(0)} ms${spec}`;
   }, 500);
   await Promise.all(chats.map((c) => ask(c, text)));
   clearInterval(timer);

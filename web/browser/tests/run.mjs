@@ -169,6 +169,34 @@ await check('tiny fixture models equal the CPU backend over 48 tokens (Q4_0 GQA,
   }
 });
 
+await check('speculative decoding (n-gram, and a draft model awaited through step_async) keeps the greedy output', async () => {
+  // A tiny model as its own draft: every proposal is its own greedy choice. Proposals are
+  // verified by the target, so the output must be the plain greedy output either way.
+  const file = TINY[0];
+  const r = await page.evaluate(async ([url, prompts]) => {
+    const { createEngine } = await import('./infer.js');
+    const out = {};
+    for (const [name, speculativeConfig] of [
+      ['ngram', { method: 'ngram', num_speculative_tokens: 4, prompt_lookup_max: 3 }],
+      ['draft', { model: url, num_speculative_tokens: 3 }],
+    ]) {
+      const e = await createEngine({ model: url, kvCacheMiB: 4, cache: false, speculativeConfig });
+      try {
+        const texts = await Promise.all(prompts.map(async (prompt) => (await e.completions.create({ prompt, max_tokens: 48, temperature: 0, ignore_eos: true })).choices[0].text));
+        out[name] = { texts, spec: (await e.stats()).spec_decode, kv: e.info.kv };
+      } finally { e.terminate(); }
+    }
+    return out;
+  }, [`/tiny/${file}`, TINY_PROMPTS]);
+  for (const name of ['ngram', 'draft']) {
+    TINY_PROMPTS.forEach((p, i) => assertEq(r[name].texts[i], wantTiny[file][i], `${name}: ${p}`));
+    if (!(r[name].spec.num_drafts > 0)) throw new Error(`${name}: no proposals ${JSON.stringify(r[name].spec)}`);
+  }
+  const d = r.draft.spec;
+  if (!(d.num_accepted_tokens * 10 >= d.num_draft_tokens * 9)) throw new Error(`a model as its own draft: ${JSON.stringify(d)}`);
+  figures.speculation = { ngram: r.ngram.spec, draft: d };
+});
+
 await check('mixtures of experts equal the CPU backend (Qwen3-MoE, Mixtral, gpt-oss with MXFP4 experts)', async () => {
   for (const name of MOE) {
     const got = await page.evaluate(async ([url, prompts, n]) => {
@@ -247,7 +275,7 @@ await check('tool calls in the browser: tool_choice required parses, streamed de
   assertEq([r.name, r.args, r.finish], [call.function.name, call.function.arguments, 'tool_calls'], 'streamed');
 });
 
-await check('bad parameters are refused with a 400 naming them, unknown createEngine options by name', async () => {
+await check('bad parameters are refused with a 400 naming them, unknown or missing createEngine options by name', async () => {
   const e = await page.evaluate(async () => {
     try { await window.engine.completions.create({ prompt: 'x', temperature: -1 }); return null; } catch (e) { return { status: e.status, param: e.param, message: e.message }; }
   });
@@ -257,6 +285,11 @@ await check('bad parameters are refused with a 400 naming them, unknown createEn
     try { await createEngine({ model: '/models/smollm2.gguf', kvCacheMB: 64 }); return null; } catch (e) { return e.message; }
   });
   if (!unknown || !unknown.includes('kvCacheMB')) throw new Error(`unknown createEngine option: ${unknown}`);
+  const missing = await page.evaluate(async () => {
+    const { createEngine } = await import('./infer.js');
+    try { await createEngine({}); return null; } catch (e) { return e.message; }
+  });
+  if (!missing || !/`model` option is required/.test(missing)) throw new Error(`createEngine({}): ${missing}`);
 });
 
 await check('abort frees the request\'s KV blocks', async () => {

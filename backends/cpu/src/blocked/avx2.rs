@@ -46,7 +46,8 @@ pub(super) trait Block: Layout {
 unsafe fn scale(b: *const u8, table: &[f32]) -> __m256 {
     // SAFETY: the caller's contract.
     let bits = unsafe { u16::from_le_bytes([*b, *b.add(1)]) };
-    _mm256_set1_ps(table[bits as usize])
+    // SAFETY: the caller's contract (AVX).
+    unsafe { _mm256_set1_ps(table[bits as usize]) }
 }
 
 /// The 4-bit codes of weights `8q .. 8q + 8` of the 16 code bytes at `qs` (weights 0..16 in the

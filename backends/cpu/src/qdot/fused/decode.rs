@@ -213,7 +213,8 @@ impl<const FIVE: bool> FusedType for Q45K<FIVE> {
         let t = table();
         let bytes = if FIVE { 176 } else { 144 };
         let qs_at = if FIVE { 48 } else { 16 };
-        let mask = _mm256_set1_epi8(0x0f);
+        // SAFETY: the caller's contract (AVX2).
+        let mask = unsafe { _mm256_set1_epi8(0x0f) };
         for (blk, b) in w.chunks_exact(bytes).enumerate() {
             let (d, dmin) = (f16_at(t, b, 0), f16_at(t, b, 2));
             let scales = &b[4..16];
@@ -257,7 +258,8 @@ impl FusedType for Q6K {
     #[inline(always)]
     unsafe fn chunks(w: &[u8], mut f: impl FnMut(usize, Chunk)) {
         let t = table();
-        let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+        // SAFETY: the caller's contract (AVX2).
+        let (m4, m2) = unsafe { (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3)) };
         for (blk, b) in w.chunks_exact(210).enumerate() {
             let d = f16_at(t, b, 208);
             let dl = |g: usize| d * (b[192 + g] as i8) as f32;

@@ -143,7 +143,8 @@ pub(crate) unsafe fn dot_rows<T: FusedType, P: Product, const R: usize>(
     w_row: &[u8],
     rows: &[XRow; R],
 ) -> [f32; R] {
-    let mut acc = [_mm256_setzero_ps(); R];
+    // SAFETY: the caller's contract (AVX).
+    let mut acc = [unsafe { _mm256_setzero_ps() }; R];
     let mut offsets = [0f32; R];
     // SAFETY: the caller's contract; the loads stay inside each activation row (`c` counts
     // the row's 32-weight chunks, and each row holds 32 codes and 8 scales per chunk).
@@ -177,7 +178,8 @@ pub(crate) unsafe fn dot_pairs<T: FusedType, P: Product, const R: usize>(
     rows: &[XRow; R],
 ) -> [f32; R] {
     debug_assert!(R.is_multiple_of(2));
-    let mut acc = [_mm256_setzero_ps(); R];
+    // SAFETY: the caller's contract (AVX).
+    let mut acc = [unsafe { _mm256_setzero_ps() }; R];
     let mut offsets = [0f32; R];
     // SAFETY: as in `dot_rows`.
     unsafe {

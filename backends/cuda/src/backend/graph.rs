@@ -17,7 +17,8 @@ use cudarc::driver::{CudaGraph, CudaSlice};
 use infer_core::batch::BatchInput;
 use infer_core::error::Result;
 
-use crate::backend::{CudaBackend, CudaBatch};
+use super::CudaBackend;
+use crate::batch::CudaBatch;
 use crate::cache::CudaKvCache;
 use crate::error::{op_err, CudaError};
 use crate::kernels::ATTENTION_PARTITION;
