@@ -22,8 +22,8 @@ scripts/chat-page-deps.sh
 # `mpi`: tensor parallelism over MPI (Open MPI from .ci/run), tested under mpirun.
 cargo clippy --workspace --all-targets --release --features infer-cli/mpi -- -D warnings
 cargo test --workspace --release --features infer-cli/mpi
-# A second build with nothing changed compiles nothing.
-scripts/check-noop-build.sh
+# A second build with nothing changed compiles nothing (the test build's own flags).
+scripts/check-noop-build.sh test --workspace --release --features infer-cli/mpi --no-run
 # The NEON kernels: the CPU backend's tests for aarch64 under qemu-user.
 scripts/aarch64-tests.sh
 # createEngine's option checks (Node, no browser).
