@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: fetch the model, check formatting and lints, run every test (release
+# The test command: fetch the model, check formatting, import circles, the docs' links and
+# book, and lints, run every test (release
 # build: the tests run the real model; the CPU kernels also for aarch64 under qemu-user), then
 # the official openai client against `infer serve`,
 # then the Python package (`pip install ./cli/python`, LLM / AsyncLLM / Ray Serve / Ray Data).
