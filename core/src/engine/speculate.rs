@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use web_time::Instant;
 
 use super::job::{spec_job, Job};
-use super::{Engine, Executor};
+use super::request::Request;
+use super::{Engine, EngineStats, Executor};
 use crate::block_manager::SeqId;
 use crate::error::Result;
-use crate::scheduler::ScheduledChunk;
+use crate::scheduler::{ScheduledChunk, Scheduler};
 use crate::spec_decode::{
     propose_awaiting, propose_blocking, Proposal, ProposalRequest, Speculator,
 };
@@ -28,94 +29,44 @@ impl<E: Executor> Engine<E> {
     /// no room left before `max_tokens`, or a batch too large for speculation to pay),
     /// blocking on a draft model's forwards.
     pub(super) fn propose(&mut self) -> Result<()> {
-        let Some(round) = self.proposal_round() else {
+        let Some(spec) = self.speculator.as_mut() else {
             return Ok(());
         };
-        let proposals = match self.speculator.as_mut() {
-            Some(spec) if !round.asks.is_empty() => {
-                propose_blocking(spec.proposer.as_mut(), &round.requests())?
-            }
-            _ => Vec::new(),
+        self.spec_probs.clear();
+        let round =
+            ProposalRound::collect(&self.scheduler, &mut self.requests, spec, &mut self.stats);
+        let proposals = if round.asks.is_empty() {
+            Vec::new()
+        } else {
+            propose_blocking(spec.proposer.as_mut(), &round.requests())?
         };
-        self.apply_proposals(round, proposals)
+        let asked = round.asked();
+        self.apply_proposals(asked, proposals)
     }
 
     /// `propose` for event-loop hosts: awaits a draft model's forwards (`step_async`).
     pub(super) async fn propose_async(&mut self) -> Result<()> {
-        let Some(round) = self.proposal_round() else {
+        let Some(spec) = self.speculator.as_mut() else {
             return Ok(());
         };
-        let proposals = match self.speculator.as_mut() {
-            Some(spec) if !round.asks.is_empty() => {
-                propose_awaiting(spec.proposer.as_mut(), &round.requests()).await?
-            }
-            _ => Vec::new(),
-        };
-        self.apply_proposals(round, proposals)
-    }
-
-    /// Which sequences ask for proposals this step, and how many each may take.
-    fn proposal_round(&mut self) -> Option<ProposalRound> {
-        let spec = self.speculator.as_mut()?;
-        let started = Instant::now();
-        let scheduler = &self.scheduler;
-        spec.proposer.retain(&|seq| scheduler.seq(seq).is_some());
-        let running = scheduler.num_running();
-        let enabled = running < spec.disable_by_batch_size;
-        if !enabled {
-            self.stats.spec.disabled_steps += 1;
-        }
         self.spec_probs.clear();
-        let mut asks = Vec::new();
-        let mut quiet = Vec::new();
-        for (seq, s) in scheduler.running() {
-            if s.num_computed + 1 != s.tokens.len() {
-                continue;
-            }
-            let owner = self.requests.get_mut(&s.arrival);
-            let Some(req) =
-                owner.filter(|r| enabled && !r.params.use_beam_search && !r.before_first_token())
-            else {
-                if !s.spec.is_empty() {
-                    quiet.push(seq);
-                }
-                continue;
-            };
-            let k = spec
-                .num_speculative_tokens
-                .min(req.max_len.saturating_sub(s.tokens.len()));
-            let member = req.members.iter_mut().find(|m| m.seq == Some(seq));
-            let (Some(member), true) = (member, k > 0) else {
-                quiet.push(seq);
-                continue;
-            };
-            let greedy = req.params.is_greedy();
-            let temperature = if greedy { 0.0 } else { req.params.temperature };
-            let draws = if greedy { 0 } else { k };
-            let uniforms: Vec<f64> = (0..draws)
-                .map(|_| rand::Rng::random(&mut member.rng))
-                .collect();
-            asks.push(Ask {
-                seq,
-                tokens: s.tokens.clone(),
-                max_tokens: k,
-                temperature,
-                uniforms,
-            });
-        }
-        Some(ProposalRound {
-            asks,
-            quiet,
-            started,
-        })
+        let round =
+            ProposalRound::collect(&self.scheduler, &mut self.requests, spec, &mut self.stats);
+        let proposals = if round.asks.is_empty() {
+            Vec::new()
+        } else {
+            propose_awaiting(spec.proposer.as_mut(), &round.requests()).await?
+        };
+        let asked = round.asked();
+        self.apply_proposals(asked, proposals)
     }
 
     /// Hands each sequence its proposals (cut to what it asked for) and clears the others'.
-    fn apply_proposals(&mut self, round: ProposalRound, proposals: Vec<Proposal>) -> Result<()> {
+    fn apply_proposals(&mut self, round: Asked, proposals: Vec<Proposal>) -> Result<()> {
         let vocab = self.executor.vocab_size();
         let name = self.speculator.as_ref().map_or("", |s| s.proposer.name());
-        for (a, mut p) in round.asks.iter().zip(proposals) {
-            p.tokens.truncate(a.max_tokens);
+        for (&(seq, max_tokens), mut p) in round.asks.iter().zip(proposals) {
+            p.tokens.truncate(max_tokens);
             if !p.probs.is_empty() {
                 if p.probs.len() < p.tokens.len() * vocab {
                     return Err(crate::error::InferError::Backend {
@@ -127,9 +78,9 @@ impl<E: Executor> Engine<E> {
                         ),
                     });
                 }
-                self.spec_probs.insert(a.seq, p.probs);
+                self.spec_probs.insert(seq, p.probs);
             }
-            self.scheduler.set_proposals(a.seq, p.tokens);
+            self.scheduler.set_proposals(seq, p.tokens);
         }
         for seq in round.quiet {
             self.scheduler.set_proposals(seq, Vec::new());
@@ -199,33 +150,107 @@ impl<E: Executor> Engine<E> {
     }
 }
 
-/// A sequence asking for proposals (`ProposalRequest` borrows from it).
-struct Ask {
+/// A sequence asking for proposals: its tokens stay in the scheduler's record.
+struct Ask<'a> {
     seq: SeqId,
-    tokens: Vec<u32>,
+    tokens: &'a [u32],
     max_tokens: usize,
     temperature: f32,
     uniforms: Vec<f64>,
 }
 
 /// One step's proposal round: who asks, and whose old proposals are cleared.
-struct ProposalRound {
-    asks: Vec<Ask>,
+struct ProposalRound<'a> {
+    asks: Vec<Ask<'a>>,
     quiet: Vec<SeqId>,
     started: Instant,
 }
 
-impl ProposalRound {
+/// A round once proposed: (sequence, most proposals it takes) per ask, in order.
+struct Asked {
+    asks: Vec<(SeqId, usize)>,
+    quiet: Vec<SeqId>,
+    started: Instant,
+}
+
+impl<'a> ProposalRound<'a> {
+    /// Which running sequences ask for proposals this step, and how many each may take;
+    /// sampled requests draw one uniform per proposal from their own generator.
+    fn collect(
+        scheduler: &'a Scheduler,
+        requests: &mut HashMap<u64, Request>,
+        spec: &mut Speculator,
+        stats: &mut EngineStats,
+    ) -> Self {
+        let started = Instant::now();
+        spec.proposer.retain(&|seq| scheduler.seq(seq).is_some());
+        let enabled = scheduler.num_running() < spec.disable_by_batch_size;
+        if !enabled {
+            stats.spec.disabled_steps += 1;
+        }
+        let mut asks = Vec::new();
+        let mut quiet = Vec::new();
+        for (seq, s) in scheduler.running() {
+            if s.num_computed + 1 != s.tokens.len() {
+                continue;
+            }
+            let owner = requests.get_mut(&s.arrival);
+            let Some(req) =
+                owner.filter(|r| enabled && !r.params.use_beam_search && !r.before_first_token())
+            else {
+                if !s.spec.is_empty() {
+                    quiet.push(seq);
+                }
+                continue;
+            };
+            let k = spec
+                .num_speculative_tokens
+                .min(req.max_len.saturating_sub(s.tokens.len()));
+            let member = req.members.iter_mut().find(|m| m.seq == Some(seq));
+            let (Some(member), true) = (member, k > 0) else {
+                quiet.push(seq);
+                continue;
+            };
+            let greedy = req.params.is_greedy();
+            let temperature = if greedy { 0.0 } else { req.params.temperature };
+            let draws = if greedy { 0 } else { k };
+            let uniforms: Vec<f64> = (0..draws)
+                .map(|_| rand::Rng::random(&mut member.rng))
+                .collect();
+            asks.push(Ask {
+                seq,
+                tokens: &s.tokens,
+                max_tokens: k,
+                temperature,
+                uniforms,
+            });
+        }
+        ProposalRound {
+            asks,
+            quiet,
+            started,
+        }
+    }
+
     fn requests(&self) -> Vec<ProposalRequest<'_>> {
         self.asks
             .iter()
             .map(|a| ProposalRequest {
                 seq: a.seq,
-                tokens: &a.tokens,
+                tokens: a.tokens,
                 max_tokens: a.max_tokens,
                 temperature: a.temperature,
                 uniforms: &a.uniforms,
             })
             .collect()
+    }
+
+    /// Lets go of the scheduler's records, keeping what the proposals are applied by.
+    fn asked(self) -> Asked {
+        Asked {
+            asks: self.asks.iter().map(|a| (a.seq, a.max_tokens)).collect(),
+            quiet: self.quiet,
+            started: self.started,
+        }
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::{Proposal, ProposalRequest, Proposer, Round};
-use crate::backend::{PendingLogits, StepLogits};
+use crate::backend::StepLogits;
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, PrefixHit, SeqId};
 use crate::engine::Executor;
@@ -113,23 +113,6 @@ impl<E: Executor> DraftProposer<E> {
         }))
     }
 
-    /// Submits one batched forward over every sequence still drafting.
-    fn submit(&mut self, drafting: &[&mut Drafting]) -> Result<PendingLogits> {
-        let chunks: Vec<SequenceChunk> = drafting
-            .iter()
-            .map(|d| SequenceChunk {
-                tokens: &d.tokens[d.computed..],
-                num_computed: d.computed,
-                block_table: self.blocks.block_table(d.seq).unwrap_or(&[]),
-                want_logits: true,
-                all_logits: false,
-            })
-            .collect();
-        let mut batch = BatchInput::build(&chunks, self.block_size)?;
-        batch.argmax_only = drafting.iter().all(|d| d.temperature <= 0.0);
-        self.executor.submit(&CacheOps::default(), Some(&batch))
-    }
-
     /// Each sequence of the forward gets its next token from the forward's logits.
     fn absorb(&self, drafting: &mut [&mut Drafting], logits: StepLogits) -> Result<()> {
         let vocab = self.executor.vocab_size().max(1);
@@ -200,14 +183,21 @@ impl<E: Executor> DraftProposer<E> {
             return Ok(Round::Done(Vec::new()));
         };
         if round.done < round.rounds {
-            let done = round.done;
-            let mut drafting = std::mem::take(&mut round.drafting);
-            let active: Vec<&mut Drafting> =
-                drafting.iter_mut().filter(|d| d.wanted > done).collect();
-            let read = self.submit(&active);
-            if let Some(round) = self.round.as_mut() {
-                round.drafting = drafting;
-            }
+            let active = round.drafting.iter().filter(|d| d.wanted > round.done);
+            let chunks: Vec<SequenceChunk> = active
+                .clone()
+                .map(|d| SequenceChunk {
+                    tokens: &d.tokens[d.computed..],
+                    num_computed: d.computed,
+                    block_table: self.blocks.block_table(d.seq).unwrap_or(&[]),
+                    want_logits: true,
+                    all_logits: false,
+                })
+                .collect();
+            let read = BatchInput::build(&chunks, self.block_size).and_then(|mut batch| {
+                batch.argmax_only = active.clone().all(|d| d.temperature <= 0.0);
+                self.executor.submit(&CacheOps::default(), Some(&batch))
+            });
             return match read {
                 Ok(read) => Ok(Round::Forward(read)),
                 Err(e) => Err(self.abandon(e)),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use infer_api::RequestError;
 use infer_core::backend::Backend;
 use infer_core::model::checked_max_model_len;
-use infer_core::spec_decode::SpeculativeConfig;
+use infer_core::spec_decode::{SpecMethod, SpeculativeConfig};
 use infer_core::{
     Engine, EngineOptions, Model, ModelExecutor, PreemptionMode, SchedulerConfig, Speculation,
 };
@@ -88,18 +88,18 @@ impl WebEngine {
         let method = config.method().map_err(js_err)?;
         let mut i = self.inner.try_borrow_mut().map_err(|_| busy())?;
         let draft = match (method, draft) {
-            (infer_core::spec_decode::SpecMethod::Ngram { .. }, None) => None,
-            (infer_core::spec_decode::SpecMethod::Ngram { .. }, Some(_)) => {
+            (SpecMethod::Ngram { .. }, None) => None,
+            (SpecMethod::Ngram { .. }, Some(_)) => {
                 return Err(js_err(
                     "speculativeConfig: method ngram takes no draft model",
                 ))
             }
-            (infer_core::spec_decode::SpecMethod::Draft { model }, None) => {
+            (SpecMethod::Draft { model }, None) => {
                 return Err(js_err(format!(
                     "speculativeConfig: the draft model {model} was not loaded"
                 )))
             }
-            (infer_core::spec_decode::SpecMethod::Draft { model: name }, Some(loader)) => {
+            (SpecMethod::Draft { model: name }, Some(loader)) => {
                 let (_, h, draft) = model_from_loader(loader, i.model.max_model_len())?;
                 let (dv, tv) = (draft.config().vocab_size, i.model.config().vocab_size);
                 let (dt, tt) = (
