@@ -57,12 +57,11 @@ impl PendingLogits {
                 return r;
             }
             if web_time::Instant::now() >= deadline {
-                return Err(crate::error::InferError::Backend {
-                    backend: "device",
-                    message:
-                        "the step's read-back had not completed 30 s after the device was idle"
-                            .into(),
-                });
+                return Err(crate::error::BackendError::device(
+                    "read_logits",
+                    "the step's read-back had not completed 30 s after the device was idle",
+                )
+                .on("device"));
             }
             std::thread::yield_now();
         }

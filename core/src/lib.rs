@@ -42,7 +42,7 @@ pub use engine::{
     FinishReason, ModelExecutor, Prompt, RequestMetrics, RequestOutput, SequenceDelta, Speculation,
     StepLogits, StopReason, TokenLogprobs, TopLogprob,
 };
-pub use error::{InferError, Result};
+pub use error::{BackendError, InferError, Result};
 /// A compiled structured-output constraint (llguidance's matcher) for `add_request_compiled`.
 pub use llguidance::Matcher as GrammarMatcher;
 #[cfg(feature = "native")]

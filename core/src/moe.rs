@@ -3,7 +3,7 @@
 //! backends are checked against. The routed layer itself is in `model::decoder`; the backends
 //! keep their own `Backend::Routing`.
 
-use crate::error::{InferError, Result};
+use crate::error::{BackendError, InferError, Result};
 
 /// How router logits become each token's experts and their weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,10 +77,12 @@ impl MoeRouting {
         self.validate()?;
         let (e, k) = (self.num_experts, self.top_k);
         if !logits.len().is_multiple_of(e) {
-            return Err(InferError::Backend {
-                backend: "moe",
-                message: format!("{} router logits for {e} experts", logits.len()),
-            });
+            return Err(BackendError::shape(
+                "moe_route",
+                &[("logits", &[logits.len()])],
+                format!("a whole number of rows of {e} experts"),
+            )
+            .on("host"));
         }
         let tokens = logits.len() / e;
         let mut ids = Vec::with_capacity(tokens * k);

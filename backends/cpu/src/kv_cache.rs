@@ -1,10 +1,8 @@
 //! The paged KV cache in host memory, and the block copies between caches (copy-on-write
 //! within the pool, swap to and from the swap space, which has the same layout).
 
-use infer_core::block_manager::BlockCopy;
-use infer_core::{KvCacheSpec, Result};
-
-use crate::shape_err;
+use infer_core::block_manager::{check_copies, BlockCopy};
+use infer_core::{BackendError, KvCacheSpec, Result};
 
 /// The KV cache, and the swap space (same layout, in the same memory on this backend).
 pub struct CpuKvCache {
@@ -37,7 +35,8 @@ impl CpuKvCache {
 
     /// Copy-on-write: whole blocks `(from, to)` within this cache, every layer.
     pub(crate) fn copy_blocks(&mut self, copies: &[BlockCopy]) -> Result<()> {
-        self.check_blocks("copy_blocks", copies.iter().flat_map(|c| [c.0, c.1]))?;
+        let n = self.spec.num_blocks;
+        check_copies("copy_blocks", copies, n, n).map_err(|e| e.on("cpu"))?;
         let e = self.block_elems();
         for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
             for &(from, to) in copies {
@@ -47,14 +46,6 @@ impl CpuKvCache {
         }
         Ok(())
     }
-
-    pub(crate) fn check_blocks(&self, op: &str, blocks: impl Iterator<Item = u32>) -> Result<()> {
-        let n = self.spec.num_blocks;
-        match blocks.into_iter().find(|&b| b as usize >= n) {
-            Some(b) => Err(shape_err(op, format!("block {b} outside a pool of {n}"))),
-            None => Ok(()),
-        }
-    }
 }
 
 /// Copies whole blocks `(from, to)` from `src` into `dst` (which may be the same cache).
@@ -62,13 +53,19 @@ pub(crate) fn copy_between(
     src: &CpuKvCache,
     dst: &mut CpuKvCache,
     copies: &[BlockCopy],
-    op: &str,
+    op: &'static str,
 ) -> Result<()> {
     if src.block_elems() != dst.block_elems() || src.spec.num_layers != dst.spec.num_layers {
-        return Err(shape_err(op, format!("{:?} vs {:?}", src.spec, dst.spec)));
+        return Err(BackendError::unsupported(
+            op,
+            format!(
+                "copying blocks between caches {:?} and {:?}",
+                src.spec, dst.spec
+            ),
+        )
+        .on("cpu"));
     }
-    src.check_blocks(op, copies.iter().map(|c| c.0))?;
-    dst.check_blocks(op, copies.iter().map(|c| c.1))?;
+    check_copies(op, copies, src.spec.num_blocks, dst.spec.num_blocks).map_err(|e| e.on("cpu"))?;
     let e = src.block_elems();
     for layer in 0..src.spec.num_layers {
         for (s, d) in [(&src.k, &mut dst.k), (&src.v, &mut dst.v)] {

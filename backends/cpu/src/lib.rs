@@ -33,8 +33,8 @@ use infer_core::block_manager::BlockCopy;
 use infer_core::gguf::GgmlType;
 use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::{
-    AttentionParams, Backend, BatchInput, HostTensor, InferError, KvCacheSpec, PackedTensor,
-    ProcessGroup, Result, RopeStyle,
+    AttentionParams, Backend, BackendError, BatchInput, HostTensor, InferError, KvCacheSpec,
+    PackedTensor, ProcessGroup, Result, RopeStyle,
 };
 
 pub use isa::{Isa, ISA_ENV};
@@ -110,13 +110,6 @@ impl CpuBackend {
     }
 }
 
-pub(crate) fn shape_err(op: &str, detail: String) -> InferError {
-    InferError::Backend {
-        backend: "cpu",
-        message: format!("{op}: {detail}"),
-    }
-}
-
 /// How finely the integer path quantizes the hidden states' matmuls. Two 8-bit planes: with one
 /// (llama.cpp's choice) SmolLM2 loses its answers (see the README), and the tiny K-quant model's
 /// logits moved 0.1 from the float64 reference, where two planes keep within 1.5e-3 (in groups
@@ -150,10 +143,12 @@ fn matmul_with(
     let (m, k) = x.rows_cols();
     let (n, wk) = w.rows_cols();
     if k != wk {
-        return Err(shape_err(
+        return Err(BackendError::shape(
             "matmul",
-            format!("x {:?} · w {:?}ᵀ", x.shape, w.shape),
-        ));
+            &[("x", &x.shape), ("w", &w.shape)],
+            "x [m, k] · w [n, k]ᵀ",
+        )
+        .on("cpu"));
     }
     let x = x.f32("matmul")?;
     let out = match &w.storage {
@@ -182,12 +177,10 @@ fn matmul_with(
     Ok(CpuTensor::new(vec![m, n], out))
 }
 
-fn check_layer(cache: &CpuKvCache, layer: usize) -> Result<()> {
+fn check_layer(op: &'static str, cache: &CpuKvCache, layer: usize) -> Result<()> {
     if layer >= cache.spec.num_layers {
-        return Err(shape_err(
-            "kv cache",
-            format!("layer {layer} of {}", cache.spec.num_layers),
-        ));
+        let layers = cache.spec.num_layers;
+        return Err(BackendError::out_of_range(op, "layer", layer as u64, layers).on("cpu"));
     }
     Ok(())
 }
@@ -304,12 +297,8 @@ impl Backend for CpuBackend {
 
     fn embedding(&self, table: &CpuTensor, batch: &CpuBatch) -> Result<CpuTensor> {
         let (vocab, d) = table.rows_cols();
-        if let Some(t) = batch.input.token_ids.iter().find(|&&t| t as usize >= vocab) {
-            return Err(shape_err(
-                "embedding",
-                format!("token {t} >= vocab {vocab}"),
-            ));
-        }
+        BackendError::check_indices("embedding", "token id", &batch.input.token_ids, vocab)
+            .map_err(|e| e.on("cpu"))?;
         let data = match &table.storage {
             Storage::F32(t) => ops::gather_rows(t, d, &batch.input.token_ids),
             Storage::Packed {
@@ -332,10 +321,12 @@ impl Backend for CpuBackend {
         let (_, d) = x.rows_cols();
         let n = w.shape.iter().product::<usize>();
         if n == 0 || !d.is_multiple_of(n) {
-            return Err(shape_err(
+            return Err(BackendError::shape(
                 "rms_norm",
-                format!("x {:?} weight {:?}", x.shape, w.shape),
-            ));
+                &[("x", &x.shape), ("weight", &w.shape)],
+                "a row of x is a whole number of weight vectors",
+            )
+            .on("cpu"));
         }
         Ok(CpuTensor::new(
             x.shape.clone(),
@@ -376,30 +367,27 @@ impl Backend for CpuBackend {
 
     fn add_bias(&self, x: &mut CpuTensor, bias: &CpuTensor) -> Result<()> {
         if x.rows_cols().1 != bias.shape.iter().product::<usize>() {
-            return Err(shape_err(
+            return Err(BackendError::shape(
                 "add_bias",
-                format!("x {:?} bias {:?}", x.shape, bias.shape),
-            ));
+                &[("x", &x.shape), ("bias", &bias.shape)],
+                "one bias per column of x",
+            )
+            .on("cpu"));
         }
         ops::add_bias(x.f32_mut("add_bias")?, bias.f32("add_bias")?);
         Ok(())
     }
 
     fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
-        if x.shape != y.shape {
-            return Err(shape_err("add", format!("{:?} + {:?}", x.shape, y.shape)));
-        }
+        BackendError::check_same_shape("add_assign", ("x", &x.shape), ("y", &y.shape))
+            .map_err(|e| e.on("cpu"))?;
         ops::add_assign(x.f32_mut("add")?, y.f32("add")?);
         Ok(())
     }
 
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
-        if gate.shape != up.shape {
-            return Err(shape_err(
-                "silu_mul",
-                format!("{:?} vs {:?}", gate.shape, up.shape),
-            ));
-        }
+        BackendError::check_same_shape("silu_mul", ("gate", &gate.shape), ("up", &up.shape))
+            .map_err(|e| e.on("cpu"))?;
         Ok(CpuTensor::new(
             gate.shape.clone(),
             ops::silu_mul(gate.f32("silu_mul")?, up.f32("silu_mul")?),
@@ -407,12 +395,8 @@ impl Backend for CpuBackend {
     }
 
     fn gelu_tanh_mul(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
-        if gate.shape != up.shape {
-            return Err(shape_err(
-                "gelu_tanh_mul",
-                format!("{:?} vs {:?}", gate.shape, up.shape),
-            ));
-        }
+        BackendError::check_same_shape("gelu_tanh_mul", ("gate", &gate.shape), ("up", &up.shape))
+            .map_err(|e| e.on("cpu"))?;
         Ok(CpuTensor::new(
             gate.shape.clone(),
             ops::gelu_tanh_mul(gate.f32("gelu_tanh_mul")?, up.f32("gelu_tanh_mul")?),
@@ -426,12 +410,8 @@ impl Backend for CpuBackend {
         alpha: f32,
         limit: f32,
     ) -> Result<CpuTensor> {
-        if gate.shape != up.shape {
-            return Err(shape_err(
-                "swiglu_clamped",
-                format!("{:?} vs {:?}", gate.shape, up.shape),
-            ));
-        }
+        BackendError::check_same_shape("swiglu_clamped", ("gate", &gate.shape), ("up", &up.shape))
+            .map_err(|e| e.on("cpu"))?;
         Ok(CpuTensor::new(
             gate.shape.clone(),
             ops::swiglu_clamped(
@@ -469,26 +449,18 @@ impl Backend for CpuBackend {
             || rotary_dim > head_dim
             || !rotary_dim.is_multiple_of(2)
         {
-            return Err(shape_err(
+            return Err(BackendError::shape(
                 "rope",
+                &[("x", &x.shape), ("cos_sin", &cos_sin.shape)],
                 format!(
-                    "x {:?} head_dim {head_dim} for {} tokens",
-                    x.shape,
+                    "x [{} tokens, heads × {head_dim}], cos_sin [positions, an even rotary dim ≤ {head_dim}]",
                     batch.input.num_tokens()
                 ),
-            ));
+            )
+            .on("cpu"));
         }
-        if let Some(p) = batch
-            .input
-            .positions
-            .iter()
-            .find(|&&p| p as usize >= max_pos)
-        {
-            return Err(shape_err(
-                "rope",
-                format!("position {p} beyond the table of {max_pos}"),
-            ));
-        }
+        BackendError::check_indices("rope", "position", &batch.input.positions, max_pos)
+            .map_err(|e| e.on("cpu"))?;
         let table = cos_sin.f32("rope")?;
         ops::rope(
             x.f32_mut("rope")?,
@@ -509,27 +481,20 @@ impl Backend for CpuBackend {
         v: &CpuTensor,
         batch: &CpuBatch,
     ) -> Result<()> {
-        check_layer(cache, layer)?;
+        check_layer("write_kv", cache, layer)?;
         let s = cache.spec;
         let kv_dim = s.num_kv_heads * s.head_dim;
         let slots = s.num_blocks * s.block_size;
         if k.shape != [batch.input.num_tokens(), kv_dim] || v.shape != k.shape {
-            return Err(shape_err(
+            return Err(BackendError::shape(
                 "write_kv",
-                format!("k {:?} v {:?}, kv_dim {kv_dim}", k.shape, v.shape),
-            ));
+                &[("k", &k.shape), ("v", &v.shape)],
+                format!("k and v [{} tokens, {kv_dim}]", batch.input.num_tokens()),
+            )
+            .on("cpu"));
         }
-        if let Some(slot) = batch
-            .input
-            .slot_mapping
-            .iter()
-            .find(|&&x| x as usize >= slots)
-        {
-            return Err(shape_err(
-                "write_kv",
-                format!("slot {slot} outside the cache of {slots}"),
-            ));
-        }
+        BackendError::check_indices("write_kv", "slot", &batch.input.slot_mapping, slots)
+            .map_err(|e| e.on("cpu"))?;
         attention::write_kv(
             &mut cache.k[layer],
             k.f32("write_kv")?,
@@ -554,13 +519,16 @@ impl Backend for CpuBackend {
         p: &AttentionParams,
         sinks: Option<&CpuTensor>,
     ) -> Result<CpuTensor> {
-        check_layer(cache, layer)?;
+        check_layer("paged_attention", cache, layer)?;
         let sinks = sinks.map(|s| s.f32("paged_attention")).transpose()?;
         if sinks.is_some_and(|s| s.len() != p.num_heads) {
-            return Err(shape_err(
+            return Err(BackendError::count(
                 "paged_attention",
-                format!("sinks of {} heads", p.num_heads),
-            ));
+                "sinks",
+                sinks.map_or(0, <[f32]>::len),
+                p.num_heads,
+            )
+            .on("cpu"));
         }
         let s = cache.spec;
         if q.shape != [batch.input.num_tokens(), p.num_heads * p.head_dim]
@@ -569,22 +537,21 @@ impl Backend for CpuBackend {
             || !p.num_heads.is_multiple_of(p.num_kv_heads)
             || batch.input.block_size != s.block_size
         {
-            return Err(shape_err(
+            return Err(BackendError::shape(
                 "paged_attention",
-                format!("q {:?} with {p:?} over {s:?}", q.shape),
-            ));
+                &[("q", &q.shape)],
+                format!(
+                    "q [{} tokens, {} heads × {}] with {p:?} over {s:?}",
+                    batch.input.num_tokens(),
+                    p.num_heads,
+                    p.head_dim
+                ),
+            )
+            .on("cpu"));
         }
-        if let Some(b) = batch
-            .input
-            .block_tables
-            .iter()
-            .find(|&&b| b as usize >= s.num_blocks)
-        {
-            return Err(shape_err(
-                "paged_attention",
-                format!("block {b} outside the cache of {}", s.num_blocks),
-            ));
-        }
+        let blocks = &batch.input.block_tables;
+        BackendError::check_indices("paged_attention", "block", blocks, s.num_blocks)
+            .map_err(|e| e.on("cpu"))?;
         let out = attention::paged_attention(
             q.f32("paged_attention")?,
             &cache.k[layer],
@@ -609,13 +576,12 @@ impl Backend for CpuBackend {
     fn moe_route(&self, logits: &CpuTensor, routing: &MoeRouting) -> Result<HostRouting> {
         let (_, cols) = logits.rows_cols();
         if cols != routing.num_experts {
-            return Err(shape_err(
+            return Err(BackendError::shape(
                 "moe_route",
-                format!(
-                    "logits {:?} for {} experts",
-                    logits.shape, routing.num_experts
-                ),
-            ));
+                &[("logits", &logits.shape)],
+                format!("logits [tokens, {} experts]", routing.num_experts),
+            )
+            .on("cpu"));
         }
         routing.route(logits.f32("moe_route")?)
     }
@@ -648,14 +614,9 @@ impl Backend for CpuBackend {
 
     fn gather_logit_rows(&self, x: &CpuTensor, batch: &CpuBatch) -> Result<CpuTensor> {
         let (rows, d) = x.rows_cols();
-        if let Some(r) = batch
-            .input
-            .logits_indices
-            .iter()
-            .find(|&&r| r as usize >= rows)
-        {
-            return Err(shape_err("gather_logit_rows", format!("row {r} of {rows}")));
-        }
+        let indices = &batch.input.logits_indices;
+        BackendError::check_indices("gather_logit_rows", "row", indices, rows)
+            .map_err(|e| e.on("cpu"))?;
         let data = ops::gather_rows(x.f32("gather_logit_rows")?, d, &batch.input.logits_indices);
         Ok(CpuTensor::new(
             vec![batch.input.logits_indices.len(), d],

@@ -4,12 +4,12 @@
 //! routed to it; experts run in parallel, each through the dense matmul kernels.
 
 use infer_core::moe::HostRouting;
-use infer_core::Result;
+use infer_core::{BackendError, Result};
 use rayon::prelude::*;
 
 use crate::qdot::Layout;
 use crate::tensor::{CpuTensor, Storage};
-use crate::{matmul, qdot, quant, shape_err, HIDDEN_ACTIVATIONS};
+use crate::{matmul, qdot, quant, HIDDEN_ACTIVATIONS};
 
 /// `out[a] = x[row(a)] · experts[ids[a]]ᵀ` (see `Backend::moe_matmul`).
 pub(crate) fn moe_matmul(x: &CpuTensor, experts: &CpuTensor, r: &HostRouting) -> Result<CpuTensor> {
@@ -18,24 +18,26 @@ pub(crate) fn moe_matmul(x: &CpuTensor, experts: &CpuTensor, r: &HostRouting) ->
     let (num_experts, n, wk) = match experts.shape.as_slice() {
         [e, n, wk] => (*e, *n, *wk),
         other => {
-            return Err(shape_err(
+            return Err(BackendError::shape(
                 "moe_matmul",
-                format!("experts {other:?} are not [experts, rows, cols]"),
-            ))
+                &[("experts", other)],
+                "experts [experts, rows, cols]",
+            )
+            .on("cpu"))
         }
     };
     let per_token = rows == r.num_tokens();
     if wk != k || num_experts != r.num_experts() || !(per_token || rows == assignments) {
-        return Err(shape_err(
+        return Err(BackendError::shape(
             "moe_matmul",
+            &[("x", &x.shape), ("experts", &experts.shape)],
             format!(
-                "x {:?} · experts {:?}ᵀ for {} tokens × {} experts each",
-                x.shape,
-                experts.shape,
+                "x [{} tokens or {assignments} assignments, k] · experts [{}, n, k]ᵀ",
                 r.num_tokens(),
-                r.top_k
+                r.num_experts()
             ),
-        ));
+        )
+        .on("cpu"));
     }
     let x = x.f32("moe_matmul")?;
     let top_k = r.top_k;
@@ -96,10 +98,12 @@ pub(crate) fn moe_matmul(x: &CpuTensor, experts: &CpuTensor, r: &HostRouting) ->
 pub(crate) fn moe_combine(y: &CpuTensor, r: &HostRouting) -> Result<CpuTensor> {
     let (rows, cols) = y.rows_cols();
     if rows != r.ids.len() {
-        return Err(shape_err(
+        return Err(BackendError::shape(
             "moe_combine",
-            format!("y {:?} for {} assignments", y.shape, r.ids.len()),
-        ));
+            &[("y", &y.shape)],
+            format!("one row for each of {} assignments", r.ids.len()),
+        )
+        .on("cpu"));
     }
     let y = y.f32("moe_combine")?;
     let tokens = r.num_tokens();
@@ -122,15 +126,16 @@ pub(crate) fn moe_combine(y: &CpuTensor, r: &HostRouting) -> Result<CpuTensor> {
 pub(crate) fn moe_add_bias(y: &mut CpuTensor, bias: &CpuTensor, r: &HostRouting) -> Result<()> {
     let (rows, n) = y.rows_cols();
     if rows != r.ids.len() || bias.shape != [r.num_experts(), n] {
-        return Err(shape_err(
+        return Err(BackendError::shape(
             "moe_add_bias",
+            &[("y", &y.shape), ("bias", &bias.shape)],
             format!(
-                "y {:?} bias {:?} for {} assignments",
-                y.shape,
-                bias.shape,
-                r.ids.len()
+                "y [{} assignments, n], bias [{} experts, n]",
+                r.ids.len(),
+                r.num_experts()
             ),
-        ));
+        )
+        .on("cpu"));
     }
     let bias = bias.f32("moe_add_bias")?;
     let y = y.f32_mut("moe_add_bias")?;

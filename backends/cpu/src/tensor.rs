@@ -1,10 +1,9 @@
 //! The CPU backend's tensor (f32 values or packed quantized blocks) and per-step batch.
 
 use infer_core::gguf::GgmlType;
-use infer_core::{BatchInput, DeviceTensor, PackedBytes, Result};
+use infer_core::{BackendError, BatchInput, DeviceTensor, PackedBytes, Result};
 
 use crate::qdot::Layout;
-use crate::shape_err;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Storage {
@@ -47,23 +46,24 @@ impl CpuTensor {
         }
     }
 
-    pub(crate) fn f32(&self, op: &str) -> Result<&[f32]> {
+    pub(crate) fn f32(&self, op: &'static str) -> Result<&[f32]> {
         self.as_f32().ok_or_else(|| {
-            shape_err(
+            BackendError::unsupported(
                 op,
                 format!(
-                    "{:?} is packed; only matmul and embedding take packed weights",
+                    "packed tensor {:?} (only matmul and embedding take packed weights)",
                     self.shape
                 ),
             )
+            .on("cpu")
         })
     }
 
-    pub(crate) fn f32_mut(&mut self, op: &str) -> Result<&mut Vec<f32>> {
+    pub(crate) fn f32_mut(&mut self, op: &'static str) -> Result<&mut Vec<f32>> {
         match &mut self.storage {
             Storage::F32(d) => Ok(d),
             Storage::Packed { .. } => {
-                Err(shape_err(op, "cannot write into a packed tensor".into()))
+                Err(BackendError::unsupported(op, "writing into a packed tensor").on("cpu"))
             }
         }
     }

@@ -4,12 +4,13 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use infer_core::backend::AttentionParams;
 use infer_core::error::Result;
+use infer_core::BackendError;
 
 use crate::backend::CudaBackend;
 use crate::batch::CudaBatch;
 use crate::cache::CudaKvCache;
 use crate::error::u32_arg;
-use crate::error::{op_err, CudaError};
+use crate::error::{cuda_err, CudaError};
 use crate::kernels::{ATTENTION_PARTITION, ATTENTION_THREADS, MAX_HEAD_DIM};
 use crate::tensor::{CudaTensor, Storage};
 
@@ -22,8 +23,9 @@ pub fn paged_attention(
     p: &AttentionParams,
     sinks: Option<&CudaTensor>,
 ) -> Result<CudaTensor> {
-    if sinks.is_some_and(|s| s.len() != p.num_heads) {
-        return Err(op_err("paged_attention", format!("sinks of {} heads", p.num_heads)).into());
+    if let Some(s) = sinks.filter(|s| s.len() != p.num_heads) {
+        let e = BackendError::count("paged_attention", "sinks", s.len(), p.num_heads);
+        return Err(cuda_err(e));
     }
     let spec = cache.spec;
     let n = batch.input.num_tokens();
@@ -37,27 +39,31 @@ pub fn paged_attention(
         || p.head_dim > MAX_HEAD_DIM
         || batch.input.block_size != spec.block_size;
     if bad {
-        return Err(op_err(
+        return Err(cuda_err(BackendError::shape(
             "paged_attention",
-            format!("q {:?}, {p:?}, cache {spec:?}, layer {layer}", q.shape),
-        )
-        .into());
+            &[("q", &q.shape)],
+            format!(
+                "q [{n} tokens, {} heads × {} (≤ {MAX_HEAD_DIM})] with {p:?} over {spec:?}, \
+                 layer {layer} of {}",
+                p.num_heads,
+                p.head_dim,
+                cache.layers.len()
+            ),
+        )));
     }
     // Every block a token can read must be inside the cache.
     let max_blocks = batch.input.max_blocks_per_seq;
     if let Some(b) = batch.max_block.filter(|&b| b as usize >= spec.num_blocks) {
-        return Err(op_err(
-            "paged_attention",
-            format!("block {b} >= {}", spec.num_blocks),
-        )
-        .into());
+        let e = BackendError::out_of_range("paged_attention", "block", b, spec.num_blocks);
+        return Err(cuda_err(e));
     }
     if batch.max_context > max_blocks * spec.block_size {
-        return Err(op_err(
+        return Err(cuda_err(BackendError::too_large(
             "paged_attention",
-            format!("context {} beyond the block tables", batch.max_context),
-        )
-        .into());
+            "context tokens (the block tables' reach)",
+            batch.max_context as u64,
+            (max_blocks * spec.block_size) as u64,
+        )));
     }
     // Both kernels write every element of their outputs: no memsets (four launches a layer).
     let mut out = be.output_f32(n * width)?;
@@ -69,7 +75,12 @@ pub fn paged_attention(
     }
     let parts = batch.attention_parts;
     if parts * ATTENTION_PARTITION < batch.max_context {
-        return Err(op_err("paged_attention", "too few partitions for the context").into());
+        return Err(cuda_err(BackendError::too_large(
+            "paged_attention",
+            "context tokens (the partitions' reach)",
+            batch.max_context as u64,
+            (parts * ATTENTION_PARTITION) as u64,
+        )));
     }
     let partials = n * p.num_heads * parts;
     let mut part_out = be.output_f32(partials * p.head_dim)?;

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use infer_core::error::Result;
+use infer_core::BackendError;
 use infer_core::ProcessGroup;
 
 use crate::device::{elementwise, Device};
-use crate::error::{op_err, u32_arg, CudaError};
+use crate::error::{u32_arg, CudaError};
 use crate::nccl::NcclComm;
 use crate::tensor::{CudaTensor, Storage};
 use graph::{StepGraphs, DEFAULT_MAX_CAPTURE};
@@ -125,10 +126,12 @@ impl CudaBackend {
         let (m, k) = x.rows_cols();
         let (n, wk) = w.rows_cols();
         if k != wk {
-            return Err(op_err(
+            return Err(BackendError::shape(
                 "matmul",
-                format!("x {:?} · w {:?}ᵀ", x.shape, w.shape),
-            ));
+                &[("x", &x.shape), ("w", &w.shape)],
+                "x [m, k] · w [n, k]ᵀ",
+            )
+            .into());
         }
         let mut shape = x.shape.clone();
         if let Some(last) = shape.last_mut() {
@@ -160,7 +163,11 @@ impl CudaBackend {
         let s = &self.dev.stream;
         // beta = 0: cuBLAS writes every element of the output without reading it.
         let mut out = self.output_f32(m * n)?;
-        let dims = |v: usize| i32::try_from(v).map_err(|_| op_err("matmul", "dimension over i32"));
+        let dims = |v: usize| {
+            i32::try_from(v).map_err(|_| {
+                BackendError::too_large("matmul", "a GEMM dimension", v as u64, i32::MAX as u64)
+            })
+        };
         let (mi, ni, ki) = (dims(m)?, dims(n)?, dims(k)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
         // f16 weights: activations cast to f16 for the tensor cores, accumulation stays f32.
@@ -191,7 +198,10 @@ impl CudaBackend {
                 cudaDataType::CUDA_R_32F,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             ),
-            _ => return Err(op_err("matmul", "f16 activations missing")),
+            _ => {
+                let what = "f16 weights without f16 activations";
+                return Err(BackendError::unsupported("matmul", what).into());
+            }
         };
         let (op, _o) = out.device_ptr_mut(s);
         // SAFETY: live device buffers on the handle's stream: w n*k and x m*k of `dtype`,

@@ -7,12 +7,13 @@ use cudarc::driver::{CudaSlice, PinnedHostSlice, PushKernelArg};
 use infer_core::backend::KvCacheSpec;
 use infer_core::block_manager::{check_copies, BlockCopy};
 use infer_core::error::Result;
+use infer_core::BackendError;
 
 use crate::backend::CudaBackend;
 use crate::batch::CudaBatch;
 use crate::device::launch_rows;
 use crate::error::u32_arg;
-use crate::error::{op_err, CudaError};
+use crate::error::{cuda_err, CudaError};
 use crate::tensor::CudaTensor;
 
 type CudaResult<T> = std::result::Result<T, CudaError>;
@@ -43,7 +44,7 @@ fn check_blocks(
     from_blocks: usize,
     to_blocks: usize,
 ) -> CudaResult<()> {
-    check_copies(copies, from_blocks, to_blocks).map_err(|e| op_err(op, e))
+    Ok(check_copies(op, copies, from_blocks, to_blocks)?)
 }
 
 impl CudaBackend {
@@ -185,17 +186,24 @@ impl CudaBackend {
         let width = spec.num_kv_heads * spec.head_dim;
         let n = batch.input.num_tokens();
         let slots = spec.num_blocks * spec.block_size;
-        if k.len() != n * width || v.len() != n * width || layer >= cache.layers.len() {
-            return Err(op_err(
+        if layer >= cache.layers.len() {
+            let e =
+                BackendError::out_of_range("write_kv", "layer", layer as u64, cache.layers.len());
+            return Err(cuda_err(e));
+        }
+        if k.len() != n * width || v.len() != n * width {
+            return Err(cuda_err(BackendError::shape(
                 "write_kv",
-                format!("k {:?}, v {:?}, layer {layer}", k.shape, v.shape),
-            )
-            .into());
+                &[("k", &k.shape), ("v", &v.shape)],
+                format!("k and v [{n} tokens, {width}]"),
+            )));
         }
         // Padding tokens of a CUDA graph's batch (slot PAD_SLOT) are not in `max_slot`;
         // the kernel skips them.
         if let Some(s) = batch.max_slot.filter(|&s| s as usize >= slots) {
-            return Err(op_err("write_kv", format!("slot {s} >= {slots}")).into());
+            return Err(cuda_err(BackendError::out_of_range(
+                "write_kv", "slot", s, slots,
+            )));
         }
         let w = u32_arg("write_kv", width)?;
         let (kc, vc) = &mut cache.layers[layer];

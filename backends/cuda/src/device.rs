@@ -1,6 +1,7 @@
 //! Opening a CUDA device: the library checks that keep cudarc from panicking, the context,
 //! stream and cuBLAS handle, and the compiled kernels loaded as functions.
 
+use infer_core::BackendError;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -133,9 +134,9 @@ impl Device {
     }
 
     pub fn function(&self, name: &str) -> Result<&CudaFunction, CudaError> {
-        self.functions
-            .get(name)
-            .ok_or_else(|| crate::error::op_err("kernel", format!("`{name}` is not loaded")))
+        self.functions.get(name).ok_or_else(|| {
+            BackendError::unsupported("kernel", format!("`{name}`, not loaded")).into()
+        })
     }
 }
 
@@ -216,7 +217,7 @@ pub unsafe fn launch_rows(
     if rows == 0 {
         return Ok(());
     }
-    let rows = u32::try_from(rows).map_err(|_| crate::error::op_err("launch", "too many rows"))?;
+    let rows = crate::error::u32_arg("launch rows", rows)?;
     let cfg = LaunchConfig {
         grid_dim: (rows, 1, 1),
         block_dim: (threads, 1, 1),

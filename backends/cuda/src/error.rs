@@ -1,6 +1,6 @@
 //! The CUDA backend's errors.
 
-use infer_core::error::InferError;
+use infer_core::error::{BackendError, InferError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -13,8 +13,9 @@ pub enum CudaError {
     Blas(#[from] cudarc::cublas::result::CublasError),
     #[error("NVRTC could not compile {file}:\n{log}")]
     Compile { file: String, log: String },
-    #[error("{op}: {detail}")]
-    Op { op: &'static str, detail: String },
+    /// An op refused its operands, or hit a limit of the device or a kernel argument.
+    #[error(transparent)]
+    Op(#[from] BackendError),
 }
 
 impl From<CudaError> for InferError {
@@ -24,21 +25,22 @@ impl From<CudaError> for InferError {
                 backend: "CUDA",
                 reason,
             },
-            other => InferError::Backend {
-                backend: "CUDA",
-                message: other.to_string(),
-            },
+            CudaError::Op(e) => cuda_err(e),
+            CudaError::Driver(e) => cuda_err(BackendError::device("driver", e)),
+            CudaError::Blas(e) => cuda_err(BackendError::device("cuBLAS", e)),
+            e @ CudaError::Compile { .. } => cuda_err(BackendError::device("NVRTC", e)),
         }
     }
 }
 
-pub(crate) fn op_err(op: &'static str, detail: impl std::fmt::Display) -> CudaError {
-    CudaError::Op {
-        op,
-        detail: detail.to_string(),
-    }
+/// A backend op's error as the engine reports it.
+pub(crate) fn cuda_err(e: BackendError) -> InferError {
+    e.on("CUDA")
 }
 
+/// `n` as a kernel's 32-bit argument; a size past it is an error, never a truncated value.
 pub(crate) fn u32_arg(op: &'static str, n: usize) -> std::result::Result<u32, CudaError> {
-    u32::try_from(n).map_err(|_| op_err(op, format!("{n} does not fit 32 bits")))
+    u32::try_from(n).map_err(|_| {
+        BackendError::too_large(op, "a kernel argument", n as u64, u32::MAX.into()).into()
+    })
 }

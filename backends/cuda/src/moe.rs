@@ -4,12 +4,13 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use infer_core::moe::{HostRouting, MoeRouting, MoeScoring};
+use infer_core::BackendError;
 use infer_core::Result;
 
 use crate::backend::CudaBackend;
 use crate::device::elementwise;
 use crate::error::u32_arg;
-use crate::error::{op_err, CudaError};
+use crate::error::{cuda_err, CudaError};
 use crate::kernels::MOE_MAX_EXPERTS;
 use crate::tensor::{CudaTensor, Storage};
 
@@ -35,14 +36,14 @@ impl CudaBackend {
         r.validate()?;
         let (tokens, cols) = logits.rows_cols();
         if cols != r.num_experts || r.num_experts > MOE_MAX_EXPERTS {
-            return Err(op_err(
+            return Err(cuda_err(BackendError::shape(
                 "moe_route",
+                &[("logits", &logits.shape)],
                 format!(
-                    "logits {:?} for {} experts (at most {MOE_MAX_EXPERTS})",
-                    logits.shape, r.num_experts
+                    "logits [tokens, {} experts], at most {MOE_MAX_EXPERTS} experts",
+                    r.num_experts
                 ),
-            )
-            .into());
+            )));
         }
         let assignments = tokens * r.top_k;
         let mut ids = self.alloc_u32(assignments)?;
@@ -111,7 +112,8 @@ impl CudaBackend {
         // A read-back inside a CUDA graph's recording would hand back memory nothing wrote.
         let capturing = s.capture_status().map_err(CudaError::from)?;
         if capturing != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            return Err(op_err("routing_to_host", "read back while a CUDA graph records").into());
+            let why = "a read-back while a CUDA graph records";
+            return Err(cuda_err(BackendError::unsupported("routing_to_host", why)));
         }
         let read = |b: &CudaSlice<u32>, n: usize| -> Result<Vec<u32>> {
             let mut v = s.clone_dtoh(b).map_err(CudaError::from)?;
@@ -144,14 +146,14 @@ impl CudaBackend {
                 *n
             }
             _ => {
-                return Err(op_err(
+                return Err(cuda_err(BackendError::shape(
                     "moe_matmul",
+                    &[("x", &x.shape), ("experts", &experts.shape)],
                     format!(
-                        "x {:?} · experts {:?}ᵀ for {} tokens × {}",
-                        x.shape, experts.shape, r.tokens, r.top_k
+                        "x [{} tokens or {assignments} assignments, k] · experts [{}, n, k]ᵀ",
+                        r.tokens, r.experts
                     ),
-                )
-                .into())
+                )))
             }
         };
         let mut out = self.output_f32(assignments * n)?;
@@ -169,7 +171,8 @@ impl CudaBackend {
                 Storage::F16(_) => "moe_matmul_f16",
                 // `upload_packed` keeps only 2-D matrices packed; experts are 3-D.
                 Storage::Packed { .. } => {
-                    return Err(op_err("moe_matmul", "packed expert weights").into())
+                    let what = "packed expert weights";
+                    return Err(cuda_err(BackendError::unsupported("moe_matmul", what)));
                 }
             };
             let mut b = s.launch_builder(self.dev.function(kernel)?);
@@ -212,11 +215,15 @@ impl CudaBackend {
     ) -> Result<()> {
         let (rows, cols) = y.rows_cols();
         if rows != r.tokens * r.top_k || bias.shape != [r.experts, cols] {
-            return Err(op_err(
+            return Err(cuda_err(BackendError::shape(
                 "moe_add_bias",
-                format!("y {:?} bias {:?}", y.shape, bias.shape),
-            )
-            .into());
+                &[("y", &y.shape), ("bias", &bias.shape)],
+                format!(
+                    "y [{} assignments, n], bias [{} experts, n]",
+                    r.tokens * r.top_k,
+                    r.experts
+                ),
+            )));
         }
         let len = rows * cols;
         let (l32, c32) = (
@@ -241,11 +248,11 @@ impl CudaBackend {
     pub(crate) fn combine(&self, y: &CudaTensor, r: &CudaRouting) -> Result<CudaTensor> {
         let (rows, cols) = y.rows_cols();
         if rows != r.tokens * r.top_k {
-            return Err(op_err(
+            return Err(cuda_err(BackendError::shape(
                 "moe_combine",
-                format!("y {:?} for {} assignments", y.shape, r.tokens * r.top_k),
-            )
-            .into());
+                &[("y", &y.shape)],
+                format!("one row for each of {} assignments", r.tokens * r.top_k),
+            )));
         }
         let len = r.tokens * cols;
         let mut out = self.output_f32(len)?;

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::nccl::{Comm, Id, ReduceOp};
+use infer_core::BackendError;
 use infer_core::{InferError, ProcessGroup};
 
 use crate::error::CudaError;
@@ -37,10 +38,7 @@ unsafe impl Send for NcclComm {}
 unsafe impl Sync for NcclComm {}
 
 fn nccl_err(what: &str, e: cudarc::nccl::result::NcclError) -> CudaError {
-    CudaError::Op {
-        op: "nccl",
-        detail: format!("{what}: {:?}", e.0),
-    }
+    BackendError::device("nccl", format!("{what}: {:?}", e.0)).into()
 }
 
 impl NcclComm {

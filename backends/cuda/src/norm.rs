@@ -1,11 +1,12 @@
 //! RMSNorm over whole rows or per head, and the residual add fused with it.
 
 use cudarc::driver::PushKernelArg;
+use infer_core::BackendError;
 
 use crate::backend::CudaBackend;
 use crate::device::{launch_rows, threads_for};
 use crate::error::u32_arg;
-use crate::error::{op_err, CudaError};
+use crate::error::CudaError;
 use crate::tensor::{CudaTensor, Storage};
 
 impl CudaBackend {
@@ -19,10 +20,12 @@ impl CudaBackend {
         let (rows, cols) = x.rows_cols();
         let n = weight.len();
         if n == 0 || !cols.is_multiple_of(n) {
-            return Err(op_err(
+            return Err(BackendError::shape(
                 "rms_norm",
-                format!("x {:?}, weight {:?}", x.shape, weight.shape),
-            ));
+                &[("x", &x.shape), ("weight", &weight.shape)],
+                "a row of x is a whole number of weight vectors",
+            )
+            .into());
         }
         // Every element is written by the kernel below. Each run of the weight's length is a
         // row of the kernel (a head, for q/k norms).
@@ -56,17 +59,21 @@ impl CudaBackend {
         eps: f32,
     ) -> Result<CudaTensor, CudaError> {
         if x.len() != y.len() {
-            return Err(op_err(
+            return Err(BackendError::shape(
                 "add_rms_norm",
-                format!("x {:?}, y {:?}", x.shape, y.shape),
-            ));
+                &[("x", &x.shape), ("y", &y.shape)],
+                "equal element counts",
+            )
+            .into());
         }
         let (rows, cols) = x.rows_cols();
         if weight.len() != cols {
-            return Err(op_err(
+            return Err(BackendError::shape(
                 "add_rms_norm",
-                format!("x {:?}, weight {:?}", x.shape, weight.shape),
-            ));
+                &[("x", &x.shape), ("weight", &weight.shape)],
+                "one weight per column of x",
+            )
+            .into());
         }
         // Every element is written by the kernel below.
         let mut out = self.output_f32(rows * cols)?;

@@ -9,21 +9,28 @@ use infer_core::config::RopeStyle;
 use infer_core::error::{InferError, Result};
 use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::weights::{HostTensor, PackedTensor};
+use infer_core::BackendError;
 
 use crate::backend::{CudaBackend, CudaWeights};
 use crate::batch::CudaBatch;
 use crate::cache::{CudaKvCache, CudaSwapSpace};
 use crate::device::{elementwise, launch_rows, threads_for};
 use crate::error::u32_arg;
-use crate::error::{op_err, CudaError};
+use crate::error::{cuda_err, CudaError};
 use crate::quant::Matvec;
 use crate::tensor::{CudaTensor, Storage};
 
 type CudaResult<T> = std::result::Result<T, CudaError>;
 
-fn same_len(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> CudaResult<()> {
-    if a.len() != b.len() {
-        return Err(op_err(op, format!("{:?} vs {:?}", a.shape(), b.shape())));
+/// Element-wise ops: `a` and `b` (named as in the op) hold as many elements.
+fn same_len(
+    op: &'static str,
+    a: (&'static str, &CudaTensor),
+    b: (&'static str, &CudaTensor),
+) -> CudaResult<()> {
+    if a.1.len() != b.1.len() {
+        let operands = [(a.0, a.1.shape()), (b.0, b.1.shape())];
+        return Err(BackendError::shape(op, &operands, "equal element counts").into());
     }
     Ok(())
 }
@@ -35,7 +42,7 @@ impl CudaBackend {
         gate: &CudaTensor,
         up: &CudaTensor,
     ) -> Result<CudaTensor> {
-        same_len(kernel, gate, up)?;
+        same_len(kernel, ("gate", gate), ("up", up))?;
         let len = gate.len();
         // Every element is written by the kernel below.
         let mut out = self.output_f32(len)?;
@@ -239,9 +246,8 @@ impl Backend for CudaBackend {
 
     fn embedding(&self, table: &CudaTensor, batch: &CudaBatch) -> Result<CudaTensor> {
         let (vocab, hidden) = table.rows_cols();
-        if let Some(t) = batch.input.token_ids.iter().find(|&&t| t as usize >= vocab) {
-            return Err(op_err("embedding", format!("token {t} >= vocab {vocab}")).into());
-        }
+        BackendError::check_indices("embedding", "token id", &batch.input.token_ids, vocab)
+            .map_err(cuda_err)?;
         let n = batch.input.num_tokens();
         // Every element is written by the kernel below.
         let mut out = self.output_f32(n * hidden)?;
@@ -309,11 +315,11 @@ impl Backend for CudaBackend {
     fn add_bias(&self, x: &mut CudaTensor, bias: &CudaTensor) -> Result<()> {
         let (_, cols) = x.rows_cols();
         if bias.len() != cols {
-            return Err(op_err(
+            return Err(cuda_err(BackendError::shape(
                 "add_bias",
-                format!("x {:?}, bias {:?}", x.shape, bias.shape),
-            )
-            .into());
+                &[("x", &x.shape), ("bias", &bias.shape)],
+                "one bias per column of x",
+            )));
         }
         let (n, c) = (u32_arg("add_bias", x.len())?, u32_arg("add_bias", cols)?);
         let len = x.len();
@@ -331,7 +337,7 @@ impl Backend for CudaBackend {
     }
 
     fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
-        same_len("add_assign", x, y)?;
+        same_len("add_assign", ("x", x), ("y", y))?;
         let len = x.len();
         let n = u32_arg("add_assign", len)?;
         let mut b = self
@@ -377,7 +383,7 @@ impl Backend for CudaBackend {
         limit: f32,
     ) -> Result<CudaTensor> {
         const K: &str = "swiglu_clamped";
-        same_len(K, gate, up)?;
+        same_len(K, ("gate", gate), ("up", up))?;
         let len = gate.len();
         let mut out = self.output_f32(len)?;
         let n = u32_arg(K, len)?;
@@ -421,16 +427,22 @@ impl Backend for CudaBackend {
             || !cols.is_multiple_of(head_dim)
             || rotary_dim > head_dim
             || !rotary_dim.is_multiple_of(2)
-            || table_rows < max_pos
         {
-            return Err(op_err(
+            return Err(cuda_err(BackendError::shape(
                 "rope",
+                &[("x", &x.shape), ("cos_sin", &cos_sin.shape)],
                 format!(
-                    "x {:?}, head_dim {head_dim}, table {:?}, positions up to {max_pos}",
-                    x.shape, cos_sin.shape
+                    "x [{} tokens, heads × {head_dim}], cos_sin [positions, an even rotary \
+                     dim ≤ {head_dim}]",
+                    batch.input.num_tokens()
                 ),
-            )
-            .into());
+            )));
+        }
+        // Positions run below the batch's longest context.
+        if table_rows < max_pos {
+            let e =
+                BackendError::out_of_range("rope", "position", (max_pos - 1) as u64, table_rows);
+            return Err(cuda_err(e));
         }
         let heads = u32_arg("rope", cols / head_dim)?;
         let hd = u32_arg("rope", head_dim)?;
@@ -517,9 +529,7 @@ impl Backend for CudaBackend {
     fn gather_logit_rows(&self, x: &CudaTensor, batch: &CudaBatch) -> Result<CudaTensor> {
         let (rows, cols) = x.rows_cols();
         let idx = &batch.input.logits_indices;
-        if let Some(r) = idx.iter().find(|&&r| r as usize >= rows) {
-            return Err(op_err("gather_logit_rows", format!("row {r} >= {rows}")).into());
-        }
+        BackendError::check_indices("gather_logit_rows", "row", idx, rows).map_err(cuda_err)?;
         // Every element is written by the kernel below.
         let mut out = self.output_f32(idx.len() * cols)?;
         let c = u32_arg("gather_logit_rows", cols)?;

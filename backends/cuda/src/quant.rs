@@ -8,11 +8,12 @@
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use infer_core::gguf::GgmlType;
 use infer_core::weights::PackedTensor;
+use infer_core::BackendError;
 
 use crate::backend::{CudaBackend, CudaWeights};
 use crate::device::elementwise;
 use crate::error::u32_arg;
-use crate::error::{op_err, CudaError};
+use crate::error::CudaError;
 use crate::tensor::{CudaTensor, Storage};
 
 /// Rows of activations one matvec launch takes (`MATVEC_MAX_ROWS` in quant.cu); above it the
@@ -138,10 +139,8 @@ impl CudaBackend {
             Matvec::F16 => "matvec_f16",
         };
         let Storage::F16(data) = &w.storage else {
-            return Err(op_err(
-                "matmul",
-                "the f16 matvec on a matrix that is not f16",
-            ));
+            let what = "the f16 matvec on a matrix that is not f16";
+            return Err(BackendError::unsupported("matmul", what).into());
         };
         let (m, k) = x.rows_cols();
         let (n, _) = w.rows_cols();
@@ -174,7 +173,8 @@ impl CudaBackend {
     pub(crate) fn quantize_q8_1(&self, x: &CudaTensor) -> Result<Q8Activations, CudaError> {
         let (m, k) = x.rows_cols();
         if !k.is_multiple_of(32) {
-            return Err(op_err("matmul", format!("q8_1 runs of {k} columns")));
+            let what = format!("q8_1 activations of {k} columns (a multiple of 32)");
+            return Err(BackendError::unsupported("matmul", what).into());
         }
         let runs = m * k / 32;
         self.count(runs * 40);
@@ -205,17 +205,17 @@ impl CudaBackend {
         out_shape: Vec<usize>,
     ) -> Result<CudaTensor, CudaError> {
         let Storage::Packed { data, .. } = &w.storage else {
-            return Err(op_err(
-                "matmul",
-                "an integer matvec on a matrix that is not packed",
-            ));
+            let what = "an integer matvec on a matrix that is not packed";
+            return Err(BackendError::unsupported("matmul", what).into());
         };
         let (n, k) = w.rows_cols();
         if k != xq.k || xq.m > MATVEC_MAX_ROWS {
-            return Err(op_err(
+            return Err(BackendError::shape(
                 "matmul",
-                format!("x [{}, {}] · w {:?}ᵀ", xq.m, xq.k, w.shape),
-            ));
+                &[("x", &[xq.m, xq.k]), ("w", &w.shape)],
+                format!("x [m ≤ {MATVEC_MAX_ROWS}, k] · w [n, k]ᵀ"),
+            )
+            .into());
         }
         let mut out = self.output_f32(xq.m * n)?;
         let (n32, k32, m32) = (
@@ -247,10 +247,12 @@ impl CudaBackend {
     /// A packed matrix as f16 (a step's scratch), for the tensor-core GEMM.
     pub(crate) fn dequant_f16(&self, w: &CudaTensor) -> Result<Storage, CudaError> {
         let Storage::Packed { dtype, data } = &w.storage else {
-            return Err(op_err("matmul", "dequantizing a tensor that is not packed"));
+            let what = "dequantizing a tensor that is not packed";
+            return Err(BackendError::unsupported("matmul", what).into());
         };
-        let kernels = kernels_for(*dtype)
-            .ok_or_else(|| op_err("matmul", format!("no kernels for {}", dtype.name())))?;
+        let kernels = kernels_for(*dtype).ok_or_else(|| {
+            BackendError::unsupported("matmul", format!("{} weights", dtype.name()))
+        })?;
         let (n, k) = w.rows_cols();
         self.count(n * k * 2);
         // SAFETY: the kernel below writes all n*k halves before the GEMM reads them.
@@ -274,10 +276,13 @@ impl CudaBackend {
         out: &mut cudarc::driver::CudaSlice<f32>,
     ) -> Result<(), CudaError> {
         let Storage::Packed { dtype, data } = &table.storage else {
-            return Err(op_err("embedding", "table is not packed"));
+            return Err(
+                BackendError::unsupported("embedding", "a table that is not packed").into(),
+            );
         };
-        let kernels = kernels_for(*dtype)
-            .ok_or_else(|| op_err("embedding", format!("no kernels for {}", dtype.name())))?;
+        let kernels = kernels_for(*dtype).ok_or_else(|| {
+            BackendError::unsupported("embedding", format!("{} tables", dtype.name()))
+        })?;
         let (_, hidden) = table.rows_cols();
         let h = u32_arg("embedding", hidden)?;
         let f = self.dev.function(kernels.embedding)?;

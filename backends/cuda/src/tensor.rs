@@ -5,6 +5,7 @@
 use cudarc::driver::CudaSlice;
 use infer_core::backend::DeviceTensor;
 use infer_core::gguf::GgmlType;
+use infer_core::BackendError;
 
 pub enum Storage {
     F32(CudaSlice<f32>),
@@ -58,7 +59,7 @@ impl CudaTensor {
     pub(crate) fn f32(&self, op: &'static str) -> Result<&CudaSlice<f32>, crate::CudaError> {
         match &self.storage {
             Storage::F32(s) => Ok(s),
-            _ => Err(crate::error::op_err(op, "expected an f32 tensor")),
+            _ => Err(BackendError::unsupported(op, "a tensor that is not f32").into()),
         }
     }
 
@@ -68,7 +69,7 @@ impl CudaTensor {
     ) -> Result<&mut CudaSlice<f32>, crate::CudaError> {
         match &mut self.storage {
             Storage::F32(s) => Ok(s),
-            _ => Err(crate::error::op_err(op, "expected an f32 tensor")),
+            _ => Err(BackendError::unsupported(op, "a tensor that is not f32").into()),
         }
     }
 }

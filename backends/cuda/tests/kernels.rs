@@ -8,8 +8,15 @@ use common::gpu;
 use infer_cuda::CudaWeights;
 use infer_tests::conformance::{
     check_attention, check_block_copies, check_decode_steps, check_dense_ops, check_matmul,
-    check_packed_matmul, check_rope,
+    check_packed_matmul, check_refusals, check_rope,
 };
+
+#[test]
+fn bad_operands_are_refused_as_on_the_cpu() {
+    if let Some(g) = gpu(CudaWeights::F32) {
+        check_refusals(&g);
+    }
+}
 
 #[test]
 fn dense_ops_match_the_cpu() {

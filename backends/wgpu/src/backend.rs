@@ -11,12 +11,14 @@ use infer_core::config::RopeStyle;
 use infer_core::error::Result;
 use infer_core::moe::{HostRouting, MoeRouting};
 use infer_core::weights::HostTensor;
+use infer_core::BackendError;
 
 use crate::cache::{row_and_block, WgpuKvCache, WgpuSwapSpace};
-use crate::device::{gpu_err, WgpuBackend};
+use crate::context::{gpu_err, wgpu_err};
+use crate::device::WgpuBackend;
 use crate::kernels::{AttentionShape, GatedAct, WeightStorage};
 use crate::pool::GpuBuffer;
-use crate::tensor::{op_err, WgpuTensor};
+use crate::tensor::WgpuTensor;
 
 pub struct WgpuBatch {
     input: BatchInput,
@@ -37,12 +39,8 @@ impl WgpuBackend {
             GatedAct::GeluTanh => "gelu_tanh_mul",
             GatedAct::SwigluClamped { .. } => "swiglu_clamped",
         };
-        if gate.shape() != up.shape() {
-            return Err(op_err(
-                op,
-                format!("{:?} vs {:?}", gate.shape(), up.shape()),
-            ));
-        }
+        BackendError::check_same_shape(op, ("gate", gate.shape()), ("up", up.shape()))
+            .map_err(wgpu_err)?;
         let out = self
             .ctx
             .gated_act(gate.buf(op)?, up.buf(op)?, gate.len(), act);
@@ -185,9 +183,8 @@ impl Backend for WgpuBackend {
 
     fn embedding(&self, table: &WgpuTensor, batch: &WgpuBatch) -> Result<WgpuTensor> {
         let (vocab, hidden) = table.rows_cols();
-        if let Some(t) = batch.input.token_ids.iter().find(|&&t| t as usize >= vocab) {
-            return Err(op_err("embedding", format!("token {t} >= vocab {vocab}")));
-        }
+        BackendError::check_indices("embedding", "token id", &batch.input.token_ids, vocab)
+            .map_err(wgpu_err)?;
         let n = batch.input.num_tokens();
         let out = self.ctx.embedding(&table.matrix(), &batch.token_ids, n);
         self.out(out, vec![n, hidden])
@@ -197,10 +194,11 @@ impl Backend for WgpuBackend {
         let (rows, cols) = x.rows_cols();
         let n = weight.len();
         if n == 0 || !cols.is_multiple_of(n) {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "rms_norm",
-                format!("x {:?}, weight {:?}", x.shape(), weight.shape()),
-            ));
+                &[("x", x.shape()), ("weight", weight.shape())],
+                "a row of x is a whole number of weight vectors",
+            )));
         }
         // Each run of the weight's length is a row of the kernel (a head, for q/k norms).
         let out = self.ctx.rms_norm(
@@ -217,10 +215,11 @@ impl Backend for WgpuBackend {
         let (m, k) = x.rows_cols();
         let (n, wk) = w.rows_cols();
         if k != wk {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "matmul",
-                format!("x {:?} · w {:?}ᵀ", x.shape(), w.shape()),
-            ));
+                &[("x", x.shape()), ("w", w.shape())],
+                "x [m, k] · w [n, k]ᵀ",
+            )));
         }
         let out = self.ctx.matmul(x.buf("matmul")?, &w.matrix(), m);
         self.out(out, vec![m, n])
@@ -229,10 +228,11 @@ impl Backend for WgpuBackend {
     fn add_bias(&self, x: &mut WgpuTensor, bias: &WgpuTensor) -> Result<()> {
         let (_, cols) = x.rows_cols();
         if bias.len() != cols {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "add_bias",
-                format!("x {:?}, bias {:?}", x.shape(), bias.shape()),
-            ));
+                &[("x", x.shape()), ("bias", bias.shape())],
+                "one bias per column of x",
+            )));
         }
         self.ctx
             .add_bias(x.buf("add_bias")?, bias.buf("add_bias")?, x.len(), cols)
@@ -240,12 +240,8 @@ impl Backend for WgpuBackend {
     }
 
     fn add_assign(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<()> {
-        if x.shape() != y.shape() {
-            return Err(op_err(
-                "add_assign",
-                format!("{:?} += {:?}", x.shape(), y.shape()),
-            ));
-        }
+        BackendError::check_same_shape("add_assign", ("x", x.shape()), ("y", y.shape()))
+            .map_err(wgpu_err)?;
         self.ctx
             .add_assign(x.buf("add_assign")?, y.buf("add_assign")?, x.len())
             .map_err(gpu_err)
@@ -298,22 +294,16 @@ impl Backend for WgpuBackend {
             || rotary_dim > head_dim
             || !rotary_dim.is_multiple_of(2)
         {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "rope",
-                format!("x {:?} head_dim {head_dim} for {n} tokens", x.shape()),
-            ));
+                &[("x", x.shape()), ("cos_sin", cos_sin.shape())],
+                format!(
+                    "x [{n} tokens, heads × {head_dim}], cos_sin [positions, an even rotary dim ≤ {head_dim}]"
+                ),
+            )));
         }
-        if let Some(p) = batch
-            .input
-            .positions
-            .iter()
-            .find(|&&p| p as usize >= max_pos)
-        {
-            return Err(op_err(
-                "rope",
-                format!("position {p} beyond the table of {max_pos}"),
-            ));
-        }
+        BackendError::check_indices("rope", "position", &batch.input.positions, max_pos)
+            .map_err(wgpu_err)?;
         let adjacent = style == RopeStyle::AdjacentPairs;
         self.ctx
             .rope(
@@ -340,26 +330,24 @@ impl Backend for WgpuBackend {
         let (row, _) = row_and_block(&cache.spec);
         let n = batch.input.num_tokens();
         let Some((kc, vc)) = cache.layers.get(layer) else {
-            return Err(op_err(
+            let layers = cache.spec.num_layers;
+            return Err(wgpu_err(BackendError::out_of_range(
                 "write_kv",
-                format!("layer {layer} of {}", cache.spec.num_layers),
-            ));
+                "layer",
+                layer as u64,
+                layers,
+            )));
         };
         if k.rows_cols() != (n, row) || v.rows_cols() != (n, row) {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "write_kv",
-                format!("k {:?}, v {:?} for rows of {row}", k.shape(), v.shape()),
-            ));
+                &[("k", k.shape()), ("v", v.shape())],
+                format!("k and v [{n} tokens, {row}]"),
+            )));
         }
         let slots = cache.spec.num_blocks * cache.spec.block_size;
-        if let Some(s) = batch
-            .input
-            .slot_mapping
-            .iter()
-            .find(|&&s| s as usize >= slots)
-        {
-            return Err(op_err("write_kv", format!("slot {s} of {slots}")));
-        }
+        BackendError::check_indices("write_kv", "slot", &batch.input.slot_mapping, slots)
+            .map_err(wgpu_err)?;
         self.ctx
             .write_kv(
                 k.buf("write_kv")?,
@@ -382,29 +370,32 @@ impl Backend for WgpuBackend {
         p: &AttentionParams,
         sinks: Option<&WgpuTensor>,
     ) -> Result<WgpuTensor> {
-        if sinks.is_some_and(|s| s.len() != p.num_heads) {
-            return Err(op_err(
-                "paged_attention",
-                format!("sinks of {} heads", p.num_heads),
-            ));
+        if let Some(s) = sinks.filter(|s| s.len() != p.num_heads) {
+            let e = BackendError::count("paged_attention", "sinks", s.len(), p.num_heads);
+            return Err(wgpu_err(e));
         }
         let sinks = sinks.map(|s| s.buf("paged_attention")).transpose()?;
         let n = batch.input.num_tokens();
         let Some((kc, vc)) = cache.layers.get(layer) else {
-            return Err(op_err("paged_attention", format!("layer {layer}")));
+            let layers = cache.spec.num_layers;
+            let e = BackendError::out_of_range("paged_attention", "layer", layer as u64, layers);
+            return Err(wgpu_err(e));
         };
         if q.rows_cols() != (n, p.num_heads * p.head_dim)
             || p.num_kv_heads != cache.spec.num_kv_heads
         {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "paged_attention",
-                format!("q {:?} for {n} tokens", q.shape()),
-            ));
+                &[("q", q.shape())],
+                format!(
+                    "q [{n} tokens, {} heads × {}] with {p:?} over {:?}",
+                    p.num_heads, p.head_dim, cache.spec
+                ),
+            )));
         }
-        let blocks = cache.spec.num_blocks as u32;
-        if let Some(b) = batch.input.block_tables.iter().find(|&&b| b >= blocks) {
-            return Err(op_err("paged_attention", format!("block {b} of {blocks}")));
-        }
+        let blocks = &batch.input.block_tables;
+        BackendError::check_indices("paged_attention", "block", blocks, cache.spec.num_blocks)
+            .map_err(wgpu_err)?;
         let shape = AttentionShape {
             num_tokens: n,
             heads: p.num_heads,
@@ -462,9 +453,7 @@ impl Backend for WgpuBackend {
     fn gather_logit_rows(&self, x: &WgpuTensor, batch: &WgpuBatch) -> Result<WgpuTensor> {
         let (rows, cols) = x.rows_cols();
         let idx = &batch.input.logits_indices;
-        if let Some(r) = idx.iter().find(|&&r| r as usize >= rows) {
-            return Err(op_err("gather_logit_rows", format!("row {r} of {rows}")));
-        }
+        BackendError::check_indices("gather_logit_rows", "row", idx, rows).map_err(wgpu_err)?;
         let out = self.ctx.gather_rows(
             x.buf("gather_logit_rows")?,
             &batch.logits_indices,

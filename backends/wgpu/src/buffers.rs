@@ -11,6 +11,7 @@ use wgpu::util::DeviceExt;
 
 use crate::context::{lock, GpuContext, GpuError, GpuResult};
 use crate::pool::{GpuBuffer, Use, STORAGE_USAGE};
+use infer_core::BackendError;
 use infer_shaders::{self as shaders, FillParams, Kernel, KernelParams};
 
 /// Invocations per workgroup of the 1-D kernels (their `WG` override default).
@@ -100,9 +101,12 @@ impl GpuContext {
         }
         let max = self.limits.max_compute_workgroups_per_dimension;
         if grid.0 > max || grid.1 > max || grid.2 > max {
-            return Err(GpuError::Op(format!(
-                "{}: grid {grid:?} exceeds {max} workgroups per dimension",
-                kernel.name
+            let largest = grid.0.max(grid.1).max(grid.2);
+            return Err(GpuError::Op(BackendError::too_large(
+                kernel.name,
+                "workgroups along one grid dimension",
+                largest.into(),
+                max.into(),
             )));
         }
         let pipeline = self.pipeline(kernel, entry);
@@ -147,7 +151,7 @@ impl GpuContext {
     pub fn wait_idle(&self) -> GpuResult<()> {
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Op(format!("waiting for the GPU: {e}")))?;
+            .map_err(|e| BackendError::device("wait_idle", e))?;
         Ok(())
     }
 
@@ -174,9 +178,11 @@ impl GpuContext {
     pub fn read_bytes(&self, ranges: &[(&wgpu::Buffer, u64, u64)]) -> GpuResult<Vec<u8>> {
         let mut read = self.begin_read(ranges)?;
         if cfg!(target_arch = "wasm32") {
-            return Err(GpuError::Op(
-                "no blocking read-back on the web: use read_bytes_async".into(),
-            ));
+            return Err(BackendError::unsupported(
+                "read_bytes",
+                "a blocking read-back on the web (read_bytes_async is the web's)",
+            )
+            .into());
         }
         // Another thread polling the same device may be the one that runs our mapping's
         // callback: its fence has passed once `wait_idle` returns, but the callback can fire
@@ -187,7 +193,11 @@ impl GpuContext {
             match read.mapped.try_recv() {
                 Ok(Some(mapped)) => break mapped,
                 Ok(None) if std::time::Instant::now() < deadline => std::thread::yield_now(),
-                _ => return Err(GpuError::Op("the read-back never completed".into())),
+                _ => {
+                    return Err(
+                        BackendError::device("read_bytes", "the read-back never completed").into(),
+                    )
+                }
             }
         };
         self.finish_read(read, mapped)
@@ -205,7 +215,10 @@ impl GpuContext {
         Ok(async move {
             let mut read = read;
             let mapped = (&mut read.mapped).await.map_err(|_| {
-                GpuError::Op("the read-back was dropped (was the device lost?)".into())
+                BackendError::device(
+                    "read_bytes",
+                    "the read-back was dropped (was the device lost?)",
+                )
             })?;
             ctx.finish_read(read, mapped)
         })
@@ -252,14 +265,14 @@ impl GpuContext {
         read: PendingRead,
         mapped: Result<(), wgpu::BufferAsyncError>,
     ) -> GpuResult<Vec<u8>> {
-        mapped.map_err(|e| GpuError::Op(format!("mapping the read-back buffer: {e}")))?;
+        mapped.map_err(|e| BackendError::device("map read-back", e))?;
         let data = if read.total == 0 {
             Vec::new()
         } else {
             let slice = read.staging.slice(..read.total);
             let view = slice
                 .get_mapped_range()
-                .map_err(|e| GpuError::Op(format!("reading the mapped buffer: {e}")))?;
+                .map_err(|e| BackendError::device("read mapped buffer", e))?;
             let data = view.to_vec();
             drop(view);
             read.staging.unmap();

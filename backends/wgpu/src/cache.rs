@@ -5,9 +5,9 @@ use infer_core::backend::KvCacheSpec;
 use infer_core::block_manager::{check_copies, BlockCopy};
 use infer_core::error::Result;
 
-use crate::device::{gpu_err, WgpuBackend};
+use crate::context::{gpu_err, wgpu_err};
+use crate::device::WgpuBackend;
 use crate::pool::GpuBuffer;
-use crate::tensor::op_err;
 
 pub struct WgpuKvCache {
     pub(crate) spec: KvCacheSpec,
@@ -27,8 +27,8 @@ pub(crate) fn row_and_block(spec: &KvCacheSpec) -> (usize, usize) {
     (row, row * spec.block_size)
 }
 
-fn check_blocks(what: &str, copies: &[BlockCopy], from: usize, to: usize) -> Result<()> {
-    check_copies(copies, from, to).map_err(|e| op_err(what, e))
+fn check_blocks(op: &'static str, copies: &[BlockCopy], from: usize, to: usize) -> Result<()> {
+    check_copies(op, copies, from, to).map_err(wgpu_err)
 }
 
 impl WgpuBackend {

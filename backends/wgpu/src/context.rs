@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use infer_core::{BackendError, InferError};
 use infer_shaders::Kernel;
 
 use crate::pool::BufferPool;
@@ -20,10 +21,25 @@ pub enum GpuError {
     },
     #[error("requesting a device from {adapter}: {message}")]
     Device { adapter: String, message: String },
-    #[error("{0}")]
-    Op(String),
-    #[error("{0} does not fit a kernel's 32-bit parameter")]
-    ParamOverflow(usize),
+    /// An op failed on a device we have (shapes, limits, the device itself).
+    #[error(transparent)]
+    Op(#[from] BackendError),
+}
+
+/// A backend op's error as the engine reports it.
+pub(crate) fn wgpu_err(e: BackendError) -> InferError {
+    e.on("wgpu")
+}
+
+/// A failed op names its backend; no adapter or device means the backend is unavailable.
+pub(crate) fn gpu_err(e: GpuError) -> InferError {
+    match e {
+        GpuError::Op(e) => wgpu_err(e),
+        other => InferError::BackendUnavailable {
+            backend: "wgpu",
+            reason: other.to_string(),
+        },
+    }
 }
 
 pub type GpuResult<T> = std::result::Result<T, GpuError>;
@@ -157,13 +173,13 @@ impl GpuContext {
     /// The errors wgpu reported since the last call (or the device's loss), as one error.
     pub fn take_errors(&self) -> GpuResult<()> {
         if let Some(why) = self.lost() {
-            return Err(GpuError::Op(why));
+            return Err(BackendError::device("device lost", why).into());
         }
         let errors = std::mem::take(&mut *lock(&self.errors));
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(GpuError::Op(format!("wgpu: {}", errors.join("; "))))
+            Err(BackendError::device("wgpu validation", errors.join("; ")).into())
         }
     }
 

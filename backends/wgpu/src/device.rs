@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use infer_core::error::{InferError, Result};
+use infer_core::error::Result;
+use infer_core::BackendError;
 
-use crate::context::{GpuContext, GpuError};
+use crate::context::{gpu_err, wgpu_err, GpuContext};
 use crate::kernels::WeightStorage;
 use crate::pool::GpuBuffer;
-use crate::tensor::{op_err, WgpuTensor};
+use crate::tensor::WgpuTensor;
 
 #[derive(Clone)]
 pub struct WgpuBackend {
@@ -18,13 +19,6 @@ pub struct WgpuBackend {
     pub(crate) weights: WeightStorage,
     /// Largest storage binding (the adapter's, lowered in tests to exercise splitting).
     pub(crate) max_binding: u64,
-}
-
-pub(crate) fn gpu_err(e: GpuError) -> InferError {
-    InferError::Backend {
-        backend: "wgpu",
-        message: e.to_string(),
-    }
 }
 
 impl WgpuBackend {
@@ -54,15 +48,14 @@ impl WgpuBackend {
         &self.ctx
     }
 
-    pub(crate) fn check_binding(&self, what: &str, bytes: u64) -> Result<()> {
+    pub(crate) fn check_binding(&self, what: &'static str, bytes: u64) -> Result<()> {
         if bytes > self.max_binding {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::too_large(
                 what,
-                format!(
-                    "{bytes} bytes exceed the adapter's {}-byte storage binding",
-                    self.max_binding
-                ),
-            ));
+                "bytes in one storage binding",
+                bytes,
+                self.max_binding,
+            )));
         }
         Ok(())
     }

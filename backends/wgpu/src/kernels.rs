@@ -4,8 +4,9 @@
 
 use infer_shaders::{self as shaders, *};
 
-use crate::context::{GpuContext, GpuError, GpuResult};
+use crate::context::{GpuContext, GpuResult};
 use crate::pool::GpuBuffer;
+use infer_core::BackendError;
 
 /// The gated MLP's activation (`gated_act.wgsl`'s `act`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,11 +54,12 @@ impl MatrixRef<'_> {
     }
 }
 
-fn check(what: &str, ok: bool, detail: impl FnOnce() -> String) -> GpuResult<()> {
+/// Refuses a layout the kernels of `op` do not implement.
+fn check(op: &'static str, ok: bool, what: impl FnOnce() -> String) -> GpuResult<()> {
     if ok {
         Ok(())
     } else {
-        Err(GpuError::Op(format!("{what}: {}", detail())))
+        Err(BackendError::unsupported(op, what()).into())
     }
 }
 
@@ -70,7 +72,9 @@ pub(crate) fn groups_grid(groups: usize) -> (u32, u32, u32) {
 
 /// `v` as a kernel's 32-bit parameter; a shape past it is an error, never a truncated value.
 pub(crate) fn u(v: usize) -> GpuResult<u32> {
-    u32::try_from(v).map_err(|_| GpuError::ParamOverflow(v))
+    u32::try_from(v).map_err(|_| {
+        BackendError::too_large("dispatch", "a kernel parameter", v as u64, u32::MAX.into()).into()
+    })
 }
 
 impl GpuContext {

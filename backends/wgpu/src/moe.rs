@@ -6,13 +6,15 @@
 use infer_core::backend::DeviceTensor;
 use infer_core::error::Result;
 use infer_core::moe::{HostRouting, MoeRouting, MoeScoring};
+use infer_core::BackendError;
 use infer_shaders::{self as shaders, *};
 
 use crate::context::GpuResult;
-use crate::device::{gpu_err, WgpuBackend};
+use crate::context::{gpu_err, wgpu_err};
+use crate::device::WgpuBackend;
 use crate::kernels::{groups_grid, u, MatrixRef, WeightStorage};
 use crate::pool::GpuBuffer;
-use crate::tensor::{op_err, WgpuTensor};
+use crate::tensor::WgpuTensor;
 use crate::GpuContext;
 
 /// One layer's routing of a step, in device memory (`HostRouting`'s fields).
@@ -154,15 +156,15 @@ impl WgpuBackend {
         r.validate()?;
         let (tokens, cols) = logits.rows_cols();
         if cols != r.num_experts || r.num_experts > shaders::MOE_MAX_EXPERTS {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "moe_route",
+                &[("logits", logits.shape())],
                 format!(
-                    "logits {:?} for {} experts (at most {})",
-                    logits.shape(),
+                    "logits [tokens, {} experts], at most {} experts",
                     r.num_experts,
                     shaders::MOE_MAX_EXPERTS
                 ),
-            ));
+            )));
         }
         self.ctx
             .moe_route(logits.buf("moe_route")?, tokens, r)
@@ -191,16 +193,15 @@ impl WgpuBackend {
         let assignments = r.tokens * r.top_k;
         let shape_ok = matches!(experts.shape(), [e, _, wk] if *e == r.experts && *wk == k);
         if !shape_ok || !(rows == r.tokens || rows == assignments) || !k.is_multiple_of(4) {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "moe_matmul",
+                &[("x", x.shape()), ("experts", experts.shape())],
                 format!(
-                    "x {:?} · experts {:?}ᵀ for {} tokens × {} (k must be a multiple of 4)",
-                    x.shape(),
-                    experts.shape(),
-                    r.tokens,
-                    r.top_k
+                    "x [{} tokens or {assignments} assignments, k] · experts [{}, n, k]ᵀ, \
+                     k a multiple of 4",
+                    r.tokens, r.experts
                 ),
-            ));
+            )));
         }
         let n = experts.shape()[1];
         let out = self.ctx.moe_matmul(
@@ -221,10 +222,15 @@ impl WgpuBackend {
     ) -> Result<()> {
         let (rows, cols) = y.rows_cols();
         if rows != r.tokens * r.top_k || bias.shape() != [r.experts, cols] {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "moe_add_bias",
-                format!("y {:?} bias {:?}", y.shape(), bias.shape()),
-            ));
+                &[("y", y.shape()), ("bias", bias.shape())],
+                format!(
+                    "y [{} assignments, n], bias [{} experts, n]",
+                    r.tokens * r.top_k,
+                    r.experts
+                ),
+            )));
         }
         self.ctx
             .moe_add_bias(y.buf("moe_add_bias")?, bias.buf("moe_add_bias")?, r, cols)
@@ -234,10 +240,11 @@ impl WgpuBackend {
     pub(crate) fn combine(&self, y: &WgpuTensor, r: &WgpuRouting) -> Result<WgpuTensor> {
         let (rows, cols) = y.rows_cols();
         if rows != r.tokens * r.top_k {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::shape(
                 "moe_combine",
-                format!("y {:?} for {} assignments", y.shape(), r.tokens * r.top_k),
-            ));
+                &[("y", y.shape())],
+                format!("one row for each of {} assignments", r.tokens * r.top_k),
+            )));
         }
         let out = self.ctx.moe_combine(y.buf("moe_combine")?, r, cols);
         self.out(out, vec![r.tokens, cols])

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use half::f16;
 use infer_core::backend::DeviceTensor;
-use infer_core::error::{InferError, Result};
+use infer_core::error::Result;
 use infer_core::weights::HostTensor;
+use infer_core::BackendError;
 
-use crate::context::GpuContext;
+use crate::context::{wgpu_err, GpuContext};
 use crate::kernels::{MatrixRef, WeightStorage};
 use crate::pool::GpuBuffer;
 
@@ -38,13 +39,6 @@ impl DeviceTensor for WgpuTensor {
     }
 }
 
-pub(crate) fn op_err(op: &str, detail: impl std::fmt::Display) -> InferError {
-    InferError::Backend {
-        backend: "wgpu",
-        message: format!("{op}: {detail}"),
-    }
-}
-
 impl WgpuTensor {
     /// An f32 activation in one buffer.
     pub(crate) fn activation(buffer: GpuBuffer, shape: Vec<usize>) -> Self {
@@ -69,20 +63,22 @@ impl WgpuTensor {
         let row_bytes = (cols * storage.bytes_per_element()) as u64;
         let part_rows = (max_binding / row_bytes) as usize;
         if part_rows == 0 {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::too_large(
                 "upload",
-                format!("a row of {row_bytes} bytes exceeds the {max_binding}-byte binding limit"),
-            ));
+                "bytes in one row (a row is never split across bindings)",
+                row_bytes,
+                max_binding,
+            )));
         }
         // Matrices, and stacks of them (experts), split at any row.
         if rows > part_rows && !(2..=3).contains(&t.shape.len()) {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::unsupported(
                 "upload",
                 format!(
-                    "{:?} exceeds the binding limit and is not a matrix",
+                    "splitting {:?}, which is not a matrix, across storage bindings",
                     t.shape
                 ),
-            ));
+            )));
         }
         let parts = t
             .data
@@ -131,17 +127,17 @@ impl WgpuTensor {
     }
 
     /// The single f32 buffer of an activation (or small weight) for element-wise kernels.
-    pub(crate) fn buf(&self, op: &str) -> Result<&GpuBuffer> {
+    pub(crate) fn buf(&self, op: &'static str) -> Result<&GpuBuffer> {
         if self.parts.len() != 1 || self.storage != WeightStorage::F32 {
-            return Err(op_err(
+            return Err(wgpu_err(BackendError::unsupported(
                 op,
                 format!(
-                    "needs one f32 buffer; {:?} is in {} {:?} parts",
+                    "{:?} in {} {:?} parts (the op takes one f32 buffer)",
                     self.shape,
                     self.parts.len(),
                     self.storage
                 ),
-            ));
+            )));
         }
         Ok(&self.parts[0])
     }

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use half::f16;
-use infer_core::{Backend, HostTensor};
+use infer_core::{Backend, BackendError, HostTensor, InferError};
 use infer_wgpu::WeightStorage;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -214,11 +214,44 @@ fn a_too_large_tensor_is_an_error_not_a_panic() {
     let err = g
         .upload(&HostTensor::new(vec![2, 2, 8], vec![0.5; 32]))
         .unwrap_err();
-    assert!(err.to_string().contains("binding"), "{err}");
+    assert!(
+        matches!(
+            err,
+            InferError::Backend {
+                source: BackendError::TooLarge {
+                    op: "upload",
+                    value: 128,
+                    limit: 64,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let row = g
         .upload_matrix(&HostTensor::new(vec![1, 40], vec![0.5; 40]))
         .unwrap_err();
     assert!(row.to_string().contains("row"), "{row}");
+    assert!(
+        matches!(
+            row,
+            InferError::Backend {
+                source: BackendError::TooLarge {
+                    value: 160,
+                    limit: 64,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{row:?}"
+    );
+}
+
+#[test]
+fn bad_operands_are_refused_as_on_the_cpu() {
+    infer_tests::conformance::check_refusals(&gpu(WeightStorage::F32));
 }
 
 proptest! {

@@ -22,7 +22,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 pub use pool::{BlockHash, BlockId, CacheKey};
 use pool::{DevicePool, HostPool};
 
-use crate::error::{InferError, Result};
+use crate::error::{BackendError, InferError, Result};
 
 pub type SeqId = u64;
 
@@ -33,19 +33,30 @@ pub type BlockCopy = (BlockId, BlockId);
 /// `to_blocks` (backends check the engine's copies before touching device memory); the error
 /// names the first that is not.
 pub fn check_copies(
+    op: &'static str,
     copies: &[BlockCopy],
     from_blocks: usize,
     to_blocks: usize,
-) -> std::result::Result<(), String> {
-    match copies
-        .iter()
-        .find(|&&(f, t)| f as usize >= from_blocks || t as usize >= to_blocks)
-    {
-        Some(c) => Err(format!(
-            "block pair {c:?} outside {from_blocks} / {to_blocks} blocks"
-        )),
-        None => Ok(()),
+) -> std::result::Result<(), BackendError> {
+    for &(from, to) in copies {
+        if from as usize >= from_blocks {
+            return Err(BackendError::out_of_range(
+                op,
+                "source block",
+                from,
+                from_blocks,
+            ));
+        }
+        if to as usize >= to_blocks {
+            return Err(BackendError::out_of_range(
+                op,
+                "destination block",
+                to,
+                to_blocks,
+            ));
+        }
     }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,7 @@ use super::sequences::{final_outputs, Ctx};
 use super::step_outputs::StepOutputs;
 use super::{Engine, Executor, RequestOutput, StepLogits, TokenLogprobs, TopLogprob};
 use crate::block_manager::SeqId;
-use crate::error::{InferError, Result};
+use crate::error::{BackendError, InferError, Result};
 use crate::sampling::math::{log_sum_exp, top_n};
 use crate::sampling::structured::allowed_tokens;
 use crate::sampling::{sample_batch, Sample, SampledRow, SamplerRow};
@@ -81,7 +81,9 @@ impl<E: Executor> Engine<E> {
             Some(ids) => jobs
                 .iter()
                 .map(|job| {
-                    let token = *ids.get(job.row).ok_or_else(|| missing_row(job.row))?;
+                    let token = *ids
+                        .get(job.row)
+                        .ok_or_else(|| missing_row(job.row, ids.len()))?;
                     Ok(SampledRow {
                         samples: vec![Sample {
                             token,
@@ -192,7 +194,9 @@ impl<E: Executor> Engine<E> {
                 0
             };
             batch.push(SamplerRow {
-                logits: rows[job.row].take().ok_or_else(|| missing_row(job.row))?,
+                logits: rows[job.row]
+                    .take()
+                    .ok_or_else(|| missing_row(job.row, rows.len()))?,
                 params: p,
                 prompt: &tokens[..req.prompt.len().min(tokens.len())],
                 output: &m.output,
@@ -229,7 +233,7 @@ impl<E: Executor> Engine<E> {
             let first_row = row;
             row += rows;
             if num_rows < row {
-                return Err(missing_row(row - 1));
+                return Err(missing_row(row - 1, num_rows));
             }
             let Some(key) = self.scheduler.seq(c.seq).map(|s| s.arrival) else {
                 continue;
@@ -372,9 +376,7 @@ fn token_logprobs(row: &[f32], token: u32, k: usize) -> TokenLogprobs {
     }
 }
 
-fn missing_row(row: usize) -> InferError {
-    InferError::Backend {
-        backend: "executor",
-        message: format!("no logits for row {row}"),
-    }
+/// The executor's logits lack a row the step scheduled.
+fn missing_row(row: usize, rows: usize) -> InferError {
+    BackendError::out_of_range("read_logits", "logit row", row as u64, rows).on("executor")
 }

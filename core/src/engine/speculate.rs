@@ -69,14 +69,13 @@ impl<E: Executor> Engine<E> {
             p.tokens.truncate(max_tokens);
             if !p.probs.is_empty() {
                 if p.probs.len() < p.tokens.len() * vocab {
-                    return Err(crate::error::InferError::Backend {
-                        backend: name,
-                        message: format!(
-                            "{} proposals but {} probabilities (vocabulary {vocab})",
-                            p.tokens.len(),
-                            p.probs.len()
-                        ),
-                    });
+                    return Err(crate::error::BackendError::count(
+                        "propose",
+                        "draft probabilities",
+                        p.probs.len(),
+                        p.tokens.len() * vocab,
+                    )
+                    .on(name));
                 }
                 self.spec_probs.insert(seq, p.probs);
             }

@@ -5,7 +5,7 @@
 
 use crate::backend::Backend;
 use crate::config::{Activation, ModelConfig};
-use crate::error::{InferError, Result};
+use crate::error::{BackendError, InferError, Result};
 use crate::moe::MoeRouting;
 use crate::weights::LayerWeight;
 
@@ -147,11 +147,6 @@ pub(super) fn outputs<B: Backend, const N: usize>(
     outs: Vec<B::Tensor>,
 ) -> Result<[B::Tensor; N]> {
     let got = outs.len();
-    outs.try_into().map_err(|_| InferError::Backend {
-        backend: "model",
-        message: format!(
-            "{}: matmul_many gave {got} outputs for {N} weights",
-            backend.name()
-        ),
-    })
+    outs.try_into()
+        .map_err(|_| BackendError::count("matmul_many", "outputs", got, N).on(backend.name()))
 }

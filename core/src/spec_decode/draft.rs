@@ -11,6 +11,7 @@ use crate::backend::StepLogits;
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{BlockManager, PrefixHit, SeqId};
 use crate::engine::Executor;
+use crate::error::BackendError;
 use crate::error::{InferError, Result};
 use crate::sampling::math::argmax;
 use crate::scheduler::CacheOps;
@@ -121,10 +122,10 @@ impl<E: Executor> DraftProposer<E> {
             None => logits.rows.len() / vocab,
         };
         if rows != drafting.len() {
-            return Err(InferError::Backend {
-                backend: "draft model",
-                message: format!("{rows} rows for {} sequences", drafting.len()),
-            });
+            return Err(
+                BackendError::count("draft forward", "logit rows", rows, drafting.len())
+                    .on("draft model"),
+            );
         }
         for (i, d) in drafting.iter_mut().enumerate() {
             let id = match &logits.argmax {

@@ -9,6 +9,7 @@ mod engine;
 pub mod families;
 mod moe;
 mod quant;
+mod refusals;
 mod steps;
 
 pub use attention::{check_attention, check_block_copies, check_rope};
@@ -16,6 +17,7 @@ pub use dense::{check_dense_ops, check_matmul, to_f16};
 pub use engine::smollm2_greedy;
 pub use moe::{check_moe_ops, moe_cases, MoeCase};
 pub use quant::check_packed_matmul;
+pub use refusals::check_refusals;
 pub use steps::check_decode_steps;
 
 use infer_core::{Backend, BatchInput, HostTensor, SequenceChunk};

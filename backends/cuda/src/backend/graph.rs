@@ -16,11 +16,12 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice};
 use infer_core::batch::BatchInput;
 use infer_core::error::Result;
+use infer_core::BackendError;
 
 use super::CudaBackend;
 use crate::batch::CudaBatch;
 use crate::cache::CudaKvCache;
-use crate::error::{op_err, CudaError};
+use crate::error::CudaError;
 use crate::kernels::ATTENTION_PARTITION;
 use crate::tensor::{CudaTensor, Storage};
 
@@ -317,7 +318,8 @@ impl CudaBackend {
         s.memcpy_htod(&padded.positions, &mut b.positions)?;
         s.memcpy_htod(&padded.slot_mapping, &mut b.slots)?;
         if padded.block_tables.len() != b.block_tables.len() {
-            return Err(op_err("cuda graph", "block tables of another width"));
+            let (got, want) = (padded.block_tables.len(), b.block_tables.len());
+            return Err(BackendError::count("cuda graph", "block table entries", got, want).into());
         }
         s.memcpy_htod(&padded.block_tables, &mut b.block_tables)?;
         rec.graph.launch()?;
