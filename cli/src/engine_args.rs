@@ -70,7 +70,15 @@ fn gib_to_bytes(name: &str, gib: f64) -> Result<u64> {
     if !gib.is_finite() || gib < 0.0 {
         anyhow::bail!("--{name} must be a non-negative number of GiB, got {gib}");
     }
-    Ok((gib * GIB) as u64)
+    let bytes = gib * GIB;
+    if bytes >= u64::MAX as f64 {
+        anyhow::bail!("--{name} of {gib} GiB is past any machine's memory");
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "finite, non-negative, in range"
+    )]
+    Ok(bytes as u64)
 }
 
 impl EngineArgs {

@@ -1,6 +1,9 @@
 //! The `infer` command line as a library: the binary's `main`, and what the Python package
 //! shares with it (the flags of `infer serve`, model loading, the server's state).
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 pub mod backend_kind;
 pub mod bench;
 pub mod engine_args;

@@ -70,20 +70,21 @@ impl BatchInput {
             }
             for (i, &t) in c.tokens.iter().enumerate() {
                 let pos = c.num_computed + i;
+                let block = c.block_table[pos / block_size] as usize;
                 b.token_ids.push(t);
-                b.positions.push(pos as u32);
-                b.slot_mapping.push(
-                    c.block_table[pos / block_size] * block_size as u32 + (pos % block_size) as u32,
-                );
+                b.positions.push(index32("position", pos)?);
+                b.slot_mapping
+                    .push(index32("slot", block * block_size + pos % block_size)?);
             }
-            let end = b.token_ids.len() as u32;
+            let first = index32("token", b.token_ids.len() - c.tokens.len())?;
+            let end = index32("token", b.token_ids.len())?;
             if c.all_logits {
-                b.logits_indices.extend(end - c.tokens.len() as u32..end);
+                b.logits_indices.extend(first..end);
             } else if c.want_logits {
                 b.logits_indices.push(end - 1);
             }
-            b.query_start.push(b.token_ids.len() as u32);
-            b.context_lens.push(ctx as u32);
+            b.query_start.push(end);
+            b.context_lens.push(index32("context length", ctx)?);
             b.block_tables.extend_from_slice(c.block_table);
             b.block_tables
                 .resize(b.block_tables.len() + max_blocks - c.block_table.len(), 0);
@@ -106,11 +107,17 @@ impl BatchInput {
     /// `[num_tokens]` the sequence (index into the block tables) each token belongs to.
     pub fn token_seqs(&self) -> Vec<u32> {
         let mut seqs = Vec::with_capacity(self.num_tokens());
-        for (seq, w) in self.query_start.windows(2).enumerate() {
-            seqs.extend(std::iter::repeat_n(seq as u32, (w[1] - w[0]) as usize));
+        for (seq, w) in (0u32..).zip(self.query_start.windows(2)) {
+            seqs.extend(std::iter::repeat_n(seq, (w[1] - w[0]) as usize));
         }
         seqs
     }
+}
+
+/// Kernels index tokens, positions and cache slots with 32 bits.
+fn index32(what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| InferError::KvCache(format!("{what} {v} is past the kernels' 32-bit indices")))
 }
 
 #[cfg(test)]

@@ -134,13 +134,16 @@ pub struct ModelConfig {
 /// The longest context a model may declare: 16M tokens (the longest shipped is 10M).
 pub const MAX_CONTEXT: usize = 1 << 24;
 
+/// The largest vocabulary a model may have (the largest real ones hold about 2^18 tokens).
+pub const MAX_VOCAB: usize = 1 << 22;
+
 impl ModelConfig {
     /// Checks the invariants the forward relies on, so a bad file fails here and not in a kernel.
     /// Every size within what any real model has, so that nothing is allocated from a corrupt
     /// or hostile value (a 2^31 context would size a 512 GiB RoPE table).
     pub fn check_limits(&self) -> Result<()> {
         for (name, v, max) in [
-            ("vocab_size", self.vocab_size, 1 << 22),
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
             ("hidden_size", self.hidden_size, 1 << 17),
             ("intermediate_size", self.intermediate_size, 1 << 20),
             ("num_layers", self.num_layers, 1 << 12),

@@ -4,6 +4,9 @@
 //! the engine (`add_request` / `abort_request` / `step`), and sampling. It knows nothing of
 //! HTTP or GPUs.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 pub mod backend;
 pub mod batch;
 pub mod block_manager;
@@ -21,6 +24,7 @@ pub mod hub;
 pub mod loader;
 pub mod model;
 pub mod moe;
+pub mod narrow;
 pub mod parallel;
 pub mod pooling;
 pub mod rope;

@@ -61,7 +61,11 @@ fn hf_eos_ids(dir: &Path) -> Result<Vec<u32>> {
             path: path.clone(),
             reason: "eos_token_id must be an integer or a list of integers".into(),
         };
-        let as_id = |x: &serde_json::Value| x.as_u64().map(|i| i as u32).ok_or_else(bad);
+        let as_id = |x: &serde_json::Value| {
+            x.as_u64()
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or_else(bad)
+        };
         match v.get("eos_token_id") {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::Array(list)) => {

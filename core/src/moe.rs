@@ -128,8 +128,8 @@ pub fn group_by_expert(ids: &[u32], experts: usize) -> (Vec<u32>, Vec<u32>) {
     }
     let mut next = offsets.clone();
     let mut order = vec![0u32; ids.len()];
-    for (a, &id) in ids.iter().enumerate() {
-        order[next[id as usize] as usize] = a as u32;
+    for (a, &id) in (0u32..).zip(ids) {
+        order[next[id as usize] as usize] = a;
         next[id as usize] += 1;
     }
     (offsets, order)
@@ -147,7 +147,7 @@ fn softmax(x: &mut [f32]) {
 
 /// Indices of the `k` largest values, largest first; on ties the lower index (NaN ranks last).
 fn top_k(x: &[f32], k: usize) -> Vec<u32> {
-    let mut idx: Vec<u32> = (0..x.len() as u32).collect();
+    let mut idx: Vec<u32> = (0u32..).take(x.len()).collect();
     idx.sort_by(|&a, &b| {
         let (va, vb) = (x[a as usize], x[b as usize]);
         vb.partial_cmp(&va)

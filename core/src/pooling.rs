@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{InferError, Result};
+use crate::narrow::f32_of;
 
 /// Which final-normed hidden states make a prompt's embedding (vLLM's `pooling_type`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,7 +102,7 @@ impl EmbedParams {
                 .sqrt();
             if norm > 0.0 {
                 for x in &mut pooled {
-                    *x = (f64::from(*x) / norm) as f32;
+                    *x = f32_of(f64::from(*x) / norm);
                 }
             }
         }
@@ -131,7 +132,7 @@ impl PooledRows {
     /// The mean of the rows added.
     pub fn mean(&self) -> Vec<f32> {
         let n = self.rows.max(1) as f64;
-        self.sum.iter().map(|&s| (s / n) as f32).collect()
+        self.sum.iter().map(|&s| f32_of(s / n)).collect()
     }
 }
 

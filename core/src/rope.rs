@@ -4,6 +4,7 @@
 //! formulas follow `transformers.modeling_rope_utils`.
 
 use crate::error::{InferError, Result};
+use crate::narrow::f32_of;
 
 /// How RoPE pairs up the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,8 +225,8 @@ impl Rope {
         for (pos, row) in table.chunks_exact_mut(2 * half).enumerate() {
             for (i, f) in inv.iter().enumerate() {
                 let angle = pos as f64 * f;
-                row[i] = (angle.cos() * attention) as f32;
-                row[half + i] = (angle.sin() * attention) as f32;
+                row[i] = f32_of(angle.cos() * attention);
+                row[half + i] = f32_of(angle.sin() * attention);
             }
         }
         table

@@ -1,6 +1,9 @@
 //! WGSL kernel sources, one `.wgsl` file per kernel, shared by the native wgpu backend and the
 //! browser build (both take the same strings), each typed by its parameter block (`params`).
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 use std::marker::PhantomData;
 
 mod params;

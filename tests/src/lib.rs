@@ -1,6 +1,9 @@
 //! Shared helpers for the cross-crate tests: where the real model and fixtures live, a small
 //! GGUF writer for models the tests make themselves, and an HF-directory writer.
 
+// Fixtures and reference checks, built from small shapes and seeds.
+#![allow(clippy::cast_possible_truncation)]
+
 pub mod conformance;
 pub mod gguf_writer;
 pub mod hf_writer;

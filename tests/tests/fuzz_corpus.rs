@@ -85,7 +85,9 @@ fn mutate(seed: &[u8], header: usize, rng: &mut StdRng) -> Vec<u8> {
             // A 32-bit field (types, dimension counts, integer metadata) overwritten.
             2 => {
                 let at = rng.random_range(0..header.saturating_sub(4));
-                let v = HOSTILE[rng.random_range(0..HOSTILE.len())] as u32;
+                // The low half of a hostile 64-bit value (all ones stays all ones).
+                let v = HOSTILE[rng.random_range(0..HOSTILE.len())].to_le_bytes();
+                let v = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
                 m[at..at + 4].copy_from_slice(&v.to_le_bytes());
             }
             // Truncated.

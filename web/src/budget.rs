@@ -77,7 +77,8 @@ impl Budget {
         if units <= held {
             return Ok(());
         }
-        let more = (units - held) as u32;
+        // `units` is at most the budget's permits, which a semaphore counts in u32.
+        let more = u32::try_from(units - held).unwrap_or(u32::MAX);
         match self.body_units.clone().try_acquire_many_owned(more) {
             Ok(p) => {
                 match &mut charge.0 {

@@ -1,6 +1,9 @@
 //! infer's OpenAI-compatible HTTP server on warp: the engine runs on its own thread
 //! (`engine_loop`), handlers talk to it over channels and stream with SSE.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 pub use infer_api as api;
 mod body;
 mod browser_page;

@@ -89,7 +89,7 @@ fn connection_cap(wanted: usize) -> usize {
     let Some(limit) = raise_open_file_limit() else {
         return wanted;
     };
-    let room = limit.saturating_sub((limit / 4).max(64)) as usize;
+    let room = usize::try_from(limit.saturating_sub((limit / 4).max(64))).unwrap_or(usize::MAX);
     if room < wanted {
         tracing::warn!(
             wanted,

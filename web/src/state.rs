@@ -54,7 +54,9 @@ pub struct ServerState {
 /// 32 random bits (std's hasher keys are drawn from the OS per process).
 fn random_salt() -> u32 {
     use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32
+    let bits = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    // Any 32 of the 64 bits will do.
+    u32::try_from(bits >> 32).unwrap_or_default()
 }
 
 pub fn unix_now() -> u64 {

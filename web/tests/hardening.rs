@@ -142,7 +142,7 @@ fn chunked_bodies_work_and_are_size_limited() {
     // Over the limit with no Content-Length: refused once the stream passes it.
     let big = format!(
         "{{\"prompt\": \"{}\"}}",
-        "a".repeat(infer_web::MAX_BODY_BYTES as usize + 1000)
+        "a".repeat(usize::try_from(infer_web::MAX_BODY_BYTES).unwrap() + 1000)
     );
     let mut conn = TcpStream::connect(server().addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(60)))

@@ -26,7 +26,7 @@ fn reset_peak() {
 
 /// Bodies just under the 8 MiB limit, each built to be expensive past parsing.
 fn bodies() -> Vec<Vec<u8>> {
-    let limit = infer_web::MAX_BODY_BYTES as usize - 4096;
+    let limit = usize::try_from(infer_web::MAX_BODY_BYTES).unwrap() - 4096;
     // 1. Very many short messages.
     let n = limit / 37;
     let messages: Vec<Value> = (0..n)

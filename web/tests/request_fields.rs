@@ -308,7 +308,7 @@ fn logprob_tokens_as_token_ids() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|b| b.as_u64().unwrap() as u8)
+            .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
             .collect();
         assert_eq!(bytes, text.as_bytes(), "{entry}");
         for top in entry["top_logprobs"].as_array().unwrap() {

@@ -44,7 +44,9 @@ pub fn paged_attention(
 ) -> Vec<f32> {
     let decode_tasks = seq_of
         .iter()
-        .filter(|&&s| batch.query_start[s + 1] - batch.query_start[s] < GEMM_MIN_QUERIES as u32)
+        .filter(|&&s| {
+            ((batch.query_start[s + 1] - batch.query_start[s]) as usize) < GEMM_MIN_QUERIES
+        })
         .count()
         * p.num_kv_heads;
     let parts = decode_parts(decode_tasks, rayon::current_num_threads());

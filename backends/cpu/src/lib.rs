@@ -11,6 +11,9 @@
 //! `without_repacking` keeps them as stored, on the kernels above).
 //! `CpuBackend::f32_weights()` dequantizes everything at load instead: the plain reference.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 mod attention;
 mod awake;
 pub mod bench;

@@ -1,5 +1,6 @@
 //! Element-wise and row-wise ops of the CPU backend, parallel over rows.
 
+use infer_core::narrow::f32_of;
 use infer_core::RopeStyle;
 use rayon::prelude::*;
 
@@ -17,7 +18,7 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
             for (orow, xrow) in o.chunks_exact_mut(d).zip(xi.chunks_exact(d)) {
                 // Sum of squares in f64: cheap at these sizes and closer to the reference.
                 let ms = xrow.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / d as f64;
-                let inv = (1.0 / (ms + eps as f64).sqrt()) as f32;
+                let inv = f32_of(1.0 / (ms + eps as f64).sqrt());
                 for ((o, &v), &w) in orow.iter_mut().zip(xrow).zip(weight) {
                     *o = v * inv * w;
                 }
@@ -45,6 +46,10 @@ pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
 /// [-87.3, 88]; below, the smallest normal float's neighbourhood (where softmax weights vanish
 /// beside the largest, which is 1); above, `e^88`.
 #[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "n is a whole number in -126..=127"
+)]
 pub(crate) fn exp(x: f32) -> f32 {
     // ln 2 split so that `n · LN2_HI` is exact for |n| < 2^9 (Cody and Waite).
     const LN2_HI: f32 = 0.693_359_4;

@@ -37,6 +37,10 @@ fn f16_fields(dtype: GgmlType) -> &'static [usize] {
 }
 
 /// `[n, k]` of `dtype` (`k` a whole number of blocks) with random codes and small scales.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a random byte: the low 8 bits"
+)]
 pub(crate) fn random_packed(dtype: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Vec<u8> {
     let (per_block, bytes) = dtype.block();
     let mut data: Vec<u8> = (0..n * k / per_block * bytes)

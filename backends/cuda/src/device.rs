@@ -188,7 +188,7 @@ pub fn trim_pool(dev: &Device) -> Result<(), CudaError> {
 /// A grid-stride launch over `n` elements.
 pub fn elementwise(n: usize) -> LaunchConfig {
     let threads = 256u32;
-    let blocks = n.div_ceil(threads as usize).clamp(1, 65_535 * 16) as u32;
+    let blocks = u32::try_from(n.div_ceil(threads as usize).clamp(1, 65_535 * 16)).unwrap_or(1);
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (threads, 1, 1),
@@ -200,7 +200,7 @@ pub fn elementwise(n: usize) -> LaunchConfig {
 /// whole warps), about four items each, at most 1024. A lone decode row then spreads over
 /// the block instead of queueing on a few threads.
 pub fn threads_for(work: usize) -> u32 {
-    (work.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32
+    u32::try_from((work.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024)).unwrap_or(1024)
 }
 
 /// Launches one block of `threads` per row; nothing for zero rows (a kernel would still

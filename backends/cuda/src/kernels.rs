@@ -153,7 +153,7 @@ pub fn compiled(arch: (i32, i32)) -> Result<PtxSet, CudaError> {
         .collect::<Result<_, CudaError>>()?;
     tracing::info!(
         arch = format!("sm_{}{}", arch.0, arch.1),
-        ms = start.elapsed().as_millis() as u64,
+        ms = infer_core::narrow::u64_saturating(start.elapsed().as_millis()),
         "compiled CUDA kernels with NVRTC"
     );
     let set = Arc::new(set);

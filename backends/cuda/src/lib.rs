@@ -3,6 +3,9 @@
 //! tests pass) on machines without CUDA. Every entry point checks for the libraries first:
 //! cudarc panics where they are missing, we return `CudaError::Unavailable`.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 mod attention;
 mod backend;
 mod batch;

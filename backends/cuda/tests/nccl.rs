@@ -44,7 +44,7 @@ fn a_one_rank_nccl_all_reduce_returns_its_input() {
         .expect("joining NCCL (libnccl.so on LD_LIBRARY_PATH: scripts/fetch-nccl.sh)");
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
+        .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     // An o_proj output of 7 tokens, and one larger than NCCL's internal chunks.
     for (rows, cols) in [(7, 576), (1024, 4096)] {
         let data = random_values(rows * cols, seed ^ rows as u64, 3.0);

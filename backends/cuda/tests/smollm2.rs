@@ -78,7 +78,7 @@ fn reference_greedy_prefix(reference: &infer_tests::Loaded, prompt: &str, n: usi
         let best = (0..logits.len())
             .max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a)))
             .unwrap_or(0);
-        ids.push(best as u32);
+        ids.push(u32::try_from(best).unwrap());
     }
     ids[start..].to_vec()
 }

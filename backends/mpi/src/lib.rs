@@ -4,6 +4,9 @@
 //! are non-blocking requests polled against a deadline: a collective that does not complete
 //! (a rank died or hangs) aborts the whole job with a message naming it, never a hang.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -127,6 +130,9 @@ impl MpiGroup {
     }
 }
 
+/// The largest step hand-off a rank accepts (a step's metadata is kilobytes).
+const MAX_HAND_OFF: usize = 1 << 30;
+
 impl ProcessGroup for MpiGroup {
     fn rank(&self) -> usize {
         self.rank
@@ -148,7 +154,17 @@ impl ProcessGroup for MpiGroup {
         });
         let mut buf = match data {
             Some(d) if self.rank == 0 => d.to_vec(),
-            _ => vec![0u8; len[0] as usize],
+            _ => {
+                // Sized by another process: bounded before anything is allocated.
+                let n = usize::try_from(len[0]).ok().filter(|&n| n <= MAX_HAND_OFF);
+                let n = n.ok_or_else(|| {
+                    InferError::Distributed(format!(
+                        "rank 0 announced a step hand-off of {} bytes (at most {MAX_HAND_OFF})",
+                        len[0]
+                    ))
+                })?;
+                vec![0u8; n]
+            }
         };
         scope(|s| {
             let req = root.immediate_broadcast_into(s, &mut buf[..]);

@@ -47,6 +47,10 @@ fn random(n: usize, seed: u32) -> Vec<f32> {
 }
 
 /// A weight of `[rows, cols]` in `storage`, one part.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "benchmark shapes are small"
+)]
 fn weight(ctx: &GpuContext, rows: usize, cols: usize, storage: WeightStorage) -> GpuBuffer {
     let w = random(rows * cols, (rows * 31 + cols) as u32);
     match storage {
@@ -240,6 +244,10 @@ impl<'a> KernelBench<'a> {
 impl KernelBench<'_> {
     /// RoPE, the KV write, attention (decode and a prefill chunk), embedding and argmax; each
     /// case owns its buffers.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "benchmark shapes are small"
+    )]
     fn model_cases(
         &self,
         hidden: usize,

@@ -158,7 +158,8 @@ impl GpuContext {
     /// Workgroups covering `n` invocations of a 1-D kernel, and the row stride (invocations
     /// per row of the grid) the kernel uses to rebuild its index.
     pub fn grid_1d(n: usize) -> ((u32, u32, u32), u32) {
-        let groups = (n as u32).div_ceil(WG);
+        // Past u32 the grid saturates; no buffer a kernel binds holds 2^32 elements.
+        let groups = u32::try_from(n).unwrap_or(u32::MAX).div_ceil(WG);
         let x = groups.clamp(1, MAX_X);
         ((x, groups.div_ceil(x), 1), x * WG)
     }

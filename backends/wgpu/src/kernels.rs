@@ -67,7 +67,7 @@ fn check(op: &'static str, ok: bool, what: impl FnOnce() -> String) -> GpuResult
 pub(crate) fn groups_grid(groups: usize) -> (u32, u32, u32) {
     // Past u32 the count saturates, and `dispatch` refuses the grid as too large.
     let y = u32::try_from(groups.div_ceil(65_535)).unwrap_or(u32::MAX);
-    (groups.min(65_535) as u32, y, 1)
+    (u32::try_from(groups.min(65_535)).unwrap_or(65_535), y, 1)
 }
 
 /// `v` as a kernel's 32-bit parameter; a shape past it is an error, never a truncated value.

@@ -11,7 +11,7 @@ use bytemuck::Pod;
 use crate::pool::GpuBuffer;
 
 /// Bytes per parameter slot (WebGPU's largest `minUniformBufferOffsetAlignment`).
-const SLOT: u64 = 256;
+const SLOT: usize = 256;
 /// Slots per arena chunk (64 KiB: WebGPU's default `maxUniformBufferBindingSize`).
 const SLOTS_PER_CHUNK: usize = 256;
 /// Cached bind groups kept before the cache starts over (it also keeps buffers alive).
@@ -44,17 +44,18 @@ impl ParamArena {
             self.chunks.push(Chunk {
                 buffer: device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("params"),
-                    size: SLOT * SLOTS_PER_CHUNK as u64,
+                    size: (SLOT * SLOTS_PER_CHUNK) as u64,
                     usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
                 }),
-                shadow: vec![0; SLOT as usize * SLOTS_PER_CHUNK],
+                shadow: vec![0; SLOT * SLOTS_PER_CHUNK],
             });
         }
         self.used += 1;
         let c = &mut self.chunks[chunk];
-        let offset = slot as u64 * SLOT;
-        c.shadow[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
+        let at = slot * SLOT;
+        c.shadow[at..at + bytes.len()].copy_from_slice(bytes);
+        let offset = at as u64;
         ParamSlot {
             buffer: c.buffer.clone(),
             offset,
@@ -71,7 +72,7 @@ impl ParamArena {
                 break;
             }
             let n = left.min(SLOTS_PER_CHUNK);
-            queue.write_buffer(&c.buffer, 0, &c.shadow[..n * SLOT as usize]);
+            queue.write_buffer(&c.buffer, 0, &c.shadow[..n * SLOT]);
             left -= n;
         }
         self.used = 0;
@@ -151,9 +152,9 @@ impl Recorder {
             .or_insert_with_key(|(pipeline, ranges)| {
                 let entries: Vec<wgpu::BindGroupEntry> = ranges
                     .iter()
-                    .enumerate()
-                    .map(|(i, (buffer, offset, size))| wgpu::BindGroupEntry {
-                        binding: i as u32,
+                    .zip(0u32..)
+                    .map(|((buffer, offset, size), binding)| wgpu::BindGroupEntry {
+                        binding,
                         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                             buffer,
                             offset: *offset,

@@ -61,7 +61,7 @@ impl WgpuTensor {
         let cols = t.shape.last().copied().unwrap_or(1).max(1);
         let rows = t.data.len() / cols;
         let row_bytes = (cols * storage.bytes_per_element()) as u64;
-        let part_rows = (max_binding / row_bytes) as usize;
+        let part_rows = usize::try_from(max_binding / row_bytes).unwrap_or(usize::MAX);
         if part_rows == 0 {
             return Err(wgpu_err(BackendError::too_large(
                 "upload",

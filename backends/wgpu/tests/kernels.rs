@@ -155,7 +155,7 @@ fn check_embedding_and_gather(
     seed: u64,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let (b, _) = batch(&mut rng, seqs, 4, vocab as u32);
+    let (b, _) = batch(&mut rng, seqs, 4, u32::try_from(vocab).unwrap());
     let table = random(&mut rng, vocab * hidden);
     let mut g = gpu(storage);
     if let Some(rows) = split_rows {

@@ -4,6 +4,9 @@
 //! run on the server's asynchronous engine (`infer_core::serving`), and OpenAI requests go
 //! through the server's routes in process, so every front end answers alike.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 mod engine;
 mod errors;
 mod stream;

@@ -12,6 +12,7 @@ mod throughput;
 
 use anyhow::Result;
 use clap::Subcommand;
+use infer_core::narrow::u32_index;
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -56,13 +57,16 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 /// Random token ids away from the special tokens at the start of most vocabularies (as
 /// vLLM's random dataset draws them).
 pub fn random_prompt(rng: &mut StdRng, len: usize, vocab: usize) -> Vec<u32> {
-    let lo = 1000.min(vocab / 2) as u32;
-    (0..len)
-        .map(|_| rng.random_range(lo..vocab as u32))
-        .collect()
+    // A model's vocabulary is within MAX_VOCAB.
+    let (lo, vocab) = (u32_index(1000.min(vocab / 2)), u32_index(vocab));
+    (0..len).map(|_| rng.random_range(lo..vocab)).collect()
 }
 
 /// `q`-quantile (0..=1) by linear interpolation.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "floor and ceil of an index"
+)]
 pub fn percentile(xs: &[f64], q: f64) -> f64 {
     if xs.is_empty() {
         return f64::NAN;

@@ -95,7 +95,7 @@ impl Target {
             let chunk: Value = serde_json::from_str(data)
                 .with_context(|| format!("a chunk that is not JSON: {data}"))?;
             if let Some(n) = chunk["usage"]["completion_tokens"].as_u64() {
-                result.output_tokens = n as usize;
+                result.output_tokens = usize::try_from(n).unwrap_or(usize::MAX);
             }
             if chunk["choices"].as_array().is_some_and(|c| !c.is_empty()) {
                 let now = Instant::now();

@@ -79,6 +79,10 @@ fn read_dataset(path: &PathBuf) -> Result<Vec<DatasetEntry>> {
         .collect()
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "lengths near `len`, rounded, at least 1 (a float past usize saturates)"
+)]
 fn draw(rng: &mut StdRng, len: usize, ratio: f64) -> usize {
     let lo = ((len as f64) * (1.0 - ratio)).round().max(1.0) as usize;
     let hi = ((len as f64) * (1.0 + ratio)).round().max(lo as f64) as usize;
@@ -157,7 +161,7 @@ pub fn run(args: ThroughputArgs) -> Result<()> {
     bar.finish_and_clear();
     let stats = engine.stats();
     // Every sampled token counts (all n samples, every beam extension).
-    let output = (stats.output_tokens - before.output_tokens) as usize;
+    let output = usize::try_from(stats.output_tokens - before.output_tokens).unwrap_or(usize::MAX);
     let saved = {
         let logical = stats.sum_blocks_logical - before.sum_blocks_logical;
         let physical = stats.sum_blocks_physical - before.sum_blocks_physical;

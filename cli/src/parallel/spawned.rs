@@ -254,7 +254,8 @@ fn read_frame(
     if len > MAX_FRAME {
         return Err(std::io::Error::other(format!("a frame of {len} bytes")));
     }
-    let mut buf = vec![0u8; len as usize];
+    // At most MAX_FRAME, checked above.
+    let mut buf = vec![0u8; usize::try_from(len).map_err(std::io::Error::other)?];
     s.read_exact(&mut buf)?;
     Ok(buf)
 }

@@ -210,6 +210,10 @@ fn scalar(v: &Value) -> String {
 
 /// vLLM's human-readable integers (`--max-model-len 4k`): `k`/`m`/`g` are powers of 1000
 /// (decimals allowed: `1.5k`), `K`/`M`/`G` powers of 1024 (whole numbers only).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "units are whole powers of 1000 and 1024; a value is checked whole and in range"
+)]
 pub fn human_int(text: &str) -> Result<usize, String> {
     let t = text.trim();
     let err = || format!("`{text}`: expected a number such as 4096, 4k (4000) or 4K (4096)");

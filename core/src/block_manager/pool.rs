@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 
+use crate::narrow::u32_index;
+
 pub type BlockId = u32;
 /// Chained hash of a full block: `hash(parent block's hash, this block's token ids)`.
 pub type BlockHash = u64;
@@ -41,7 +43,7 @@ impl DevicePool {
             ref_counts: vec![0; num_blocks],
             keys: vec![None; num_blocks],
             // Reversed, so low ids come out first.
-            free: (0..num_blocks as u32).rev().collect(),
+            free: (0..num_blocks).rev().map(u32_index).collect(),
             lru_prev: vec![NIL; num_blocks],
             lru_next: vec![NIL; num_blocks],
             lru_head: NIL,
@@ -236,7 +238,7 @@ impl HostPool {
     pub fn new(num_blocks: usize) -> Self {
         HostPool {
             ref_counts: vec![0; num_blocks],
-            free: (0..num_blocks as u32).rev().collect(),
+            free: (0..num_blocks).rev().map(u32_index).collect(),
         }
     }
 

@@ -134,7 +134,7 @@ impl EngineOptions {
         if let Some(group) = group {
             // Every rank takes part even when its own plan failed, so none waits for it.
             let mine = plan.as_ref().map_or(0, |p| p.num_device_blocks) as u64;
-            let blocks = group.all_reduce_min(mine)? as usize;
+            let blocks = usize::try_from(group.all_reduce_min(mine)?).unwrap_or(usize::MAX);
             if blocks == 0 {
                 plan?;
                 return Err(InferError::Distributed(

@@ -6,6 +6,7 @@ use super::{Engine, Executor};
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::block_manager::{PrefixHit, SeqId};
 use crate::error::{InferError, Result};
+use crate::narrow::u32_index;
 use crate::pooling::{EmbedParams, PooledRows, PoolingType};
 use crate::scheduler::CacheOps;
 
@@ -105,9 +106,11 @@ impl<E: Executor> Engine<E> {
                 let prompt = &prompts[e.prompt];
                 let n = left.min(prompt.len() - e.done);
                 let last = e.done + n == prompt.len();
+                // A step's tokens fit 32 bits (the batch's indices are u32).
+                let n32 = u32_index(n);
                 let wanted = match params.pooling {
-                    PoolingType::Mean => offset..offset + n as u32,
-                    PoolingType::Last if last => offset + n as u32 - 1..offset + n as u32,
+                    PoolingType::Mean => offset..offset + n32,
+                    PoolingType::Last if last => offset + n32 - 1..offset + n32,
                     PoolingType::Cls if e.done == 0 => offset..offset + 1,
                     _ => offset..offset,
                 };
@@ -120,7 +123,7 @@ impl<E: Executor> Engine<E> {
                     all_logits: false,
                 });
                 taken.push(n);
-                offset += n as u32;
+                offset += n32;
                 left -= n;
             }
             let mut batch = BatchInput::build(&chunks, block_size)?;

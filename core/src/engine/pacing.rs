@@ -34,6 +34,8 @@ impl StepPacer {
     pub fn budget(&self, decoding: usize, cap: usize) -> usize {
         let paced = match self.secs_per_token {
             None => FIRST_BUDGET,
+            // Saturates (a float past usize becomes usize::MAX), then `cap` bounds it.
+            #[expect(clippy::cast_possible_truncation, reason = "saturating, then capped")]
             Some(per) => (self.target.as_secs_f64() / per.max(1e-9)) as usize,
         };
         paced.max(decoding + MIN_CHUNK).min(cap)

@@ -8,6 +8,7 @@ use crate::backend::{Backend, DeviceMemory};
 use crate::batch::{BatchInput, SequenceChunk};
 use crate::error::{InferError, Result};
 use crate::model::Model;
+use crate::narrow::u32_index;
 use crate::scheduler::SchedulerConfig;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -63,7 +64,11 @@ pub fn profile_step<B: Backend>(
     let mut kv = backend.alloc_kv_cache(&model.kv_cache_spec(seqs * blocks_per_seq, block_size))?;
     let ids = vec![0u32; per_seq];
     let tables: Vec<Vec<u32>> = (0..seqs)
-        .map(|s| ((s * blocks_per_seq) as u32..((s + 1) * blocks_per_seq) as u32).collect())
+        .map(|s| {
+            (s * blocks_per_seq..(s + 1) * blocks_per_seq)
+                .map(u32_index)
+                .collect()
+        })
         .collect();
     let chunks: Vec<SequenceChunk> = tables
         .iter()
@@ -82,12 +87,19 @@ pub fn profile_step<B: Backend>(
     Ok(backend.device_memory())
 }
 
+/// Block ids are 32-bit: a pool larger than this (a 16 TiB cache of 4 KiB blocks) is capped.
+pub const MAX_BLOCKS: u64 = u32::MAX as u64;
+
+fn blocks_of(n: u64) -> usize {
+    usize::try_from(n.min(MAX_BLOCKS)).unwrap_or(usize::MAX)
+}
+
 /// Turns the budget into block counts, checking that one sequence of `max_model_len` fits.
 pub fn plan_kv_pool(req: &PoolRequest, profiled: Option<DeviceMemory>) -> Result<KvPoolPlan> {
     let per_block = req.bytes_per_block.max(1) as u64;
     let num_device_blocks = match req.budget {
         KvBudget::Blocks(n) => n,
-        KvBudget::Bytes(b) => (b / per_block) as usize,
+        KvBudget::Bytes(b) => blocks_of(b / per_block),
         KvBudget::DeviceFraction(f) => {
             if !(f > 0.0 && f <= 1.0) {
                 return Err(InferError::invalid(
@@ -102,6 +114,8 @@ pub fn plan_kv_pool(req: &PoolRequest, profiled: Option<DeviceMemory>) -> Result
                 ));
             };
             let left = mem.total_bytes.saturating_sub(mem.peak_used_bytes);
+            // f is in (0, 1]: at most `left`.
+            #[expect(clippy::cast_possible_truncation, reason = "at most `left`")]
             let free = (left as f64 * f) as u64;
             info!(
                 "device memory {:.2} GiB, {:.2} GiB used after weights and a worst-case step; KV pool {f} × {:.2} GiB = {:.2} GiB",
@@ -110,10 +124,11 @@ pub fn plan_kv_pool(req: &PoolRequest, profiled: Option<DeviceMemory>) -> Result
                 left as f64 / GIB,
                 free as f64 / GIB
             );
-            (free / per_block) as usize
+            blocks_of(free / per_block)
         }
     };
-    let num_host_blocks = (req.swap_bytes / per_block) as usize;
+    let num_device_blocks = blocks_of(num_device_blocks as u64);
+    let num_host_blocks = blocks_of(req.swap_bytes / per_block);
     let capacity = num_device_blocks * req.block_size;
     let mut max_model_len = req.max_model_len;
     if capacity < max_model_len {

@@ -10,6 +10,7 @@ use super::request::Request;
 use super::{Engine, EngineStats, Executor};
 use crate::block_manager::SeqId;
 use crate::error::Result;
+use crate::narrow::u64_saturating;
 use crate::scheduler::{ScheduledChunk, Scheduler};
 use crate::spec_decode::{
     propose_awaiting, propose_blocking, Proposal, ProposalRequest, Speculator,
@@ -84,7 +85,7 @@ impl<E: Executor> Engine<E> {
         for seq in round.quiet {
             self.scheduler.set_proposals(seq, Vec::new());
         }
-        self.stats.spec.propose_micros += round.started.elapsed().as_micros() as u64;
+        self.stats.spec.propose_micros += u64_saturating(round.started.elapsed().as_micros());
         Ok(())
     }
 

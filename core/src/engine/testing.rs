@@ -52,11 +52,16 @@ impl Executor for FixedLogitsExecutor {
 /// The token a `SimulatedKvExecutor` "predicts" after `context`: a hash of all of it, so a
 /// single wrong cache slot changes the answer.
 pub fn simulated_next_token(context: &[u32], vocab: usize) -> u32 {
+    u32::try_from(context_hash(context) % vocab as u64).expect("a test vocabulary fits 32 bits")
+}
+
+/// FNV-1a over the context's ids.
+fn context_hash(context: &[u32]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &t in context {
         h = (h ^ t as u64).wrapping_mul(0x0100_0000_01b3);
     }
-    (h % vocab as u64) as u32
+    h
 }
 
 /// The logits a `SimulatedKvExecutor` returns after `context`: noise in [0, 2) that depends on
@@ -64,7 +69,8 @@ pub fn simulated_next_token(context: &[u32], vocab: usize) -> u32 {
 /// sampling and beam search have real alternatives).
 pub fn simulated_logits(context: &[u32], row: &mut [f32]) {
     let vocab = row.len();
-    let h = simulated_next_token(context, usize::MAX) as u64;
+    // The hash's low 32 bits seed the noise.
+    let h = context_hash(context) & 0xFFFF_FFFF;
     for (v, l) in row.iter_mut().enumerate() {
         let x = (h ^ (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -34,12 +34,16 @@ impl GgufFile {
     pub(crate) fn meta_usize(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
-                self.bad(format!(
-                    "metadata `{key}` is {}, expected an integer",
-                    v.describe()
-                ))
-            }),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    self.bad(format!(
+                        "metadata `{key}` is {}, expected an integer",
+                        v.describe()
+                    ))
+                }),
         }
     }
 
@@ -165,7 +169,19 @@ impl GgufFile {
                     ));
                 };
                 let as_f64 = |t: HostTensor| t.data.into_iter().map(f64::from).collect();
-                let original = original.map(|o| o as usize).unwrap_or(max_pos);
+                let original = match original {
+                    Some(o) if (1.0..=f64::from(u32::MAX)).contains(&o) => {
+                        #[expect(clippy::cast_possible_truncation, reason = "checked above")]
+                        let o = o as usize;
+                        o
+                    }
+                    Some(o) => {
+                        return Err(self.bad(format!(
+                            "rope.scaling.original_context_length {o} is not a context length"
+                        )))
+                    }
+                    None => max_pos,
+                };
                 let attention_factor = match self.meta_f64(&k("rope.scaling.attn_factor"))? {
                     Some(a) => a,
                     None => longrope_attention_factor(

@@ -279,13 +279,18 @@ impl GgufFile {
                     dtype: format!("ggml type {type_id}"),
                 })
             })?;
-            let shape: Vec<usize> = dims.iter().rev().map(|&d| d as usize).collect();
+            let shape = dims
+                .iter()
+                .rev()
+                .map(|&d| usize::try_from(d))
+                .collect::<std::result::Result<Vec<usize>, _>>()
+                .map_err(|_| err(format!("tensor `{name}`: dimensions {dims:?} overflow")))?;
             let n_elems = shape
                 .iter()
                 .try_fold(1usize, |acc, &d| acc.checked_mul(d))
                 .ok_or_else(|| err(format!("tensor `{name}`: shape {shape:?} overflows")))?;
             let num_bytes = dtype
-                .num_bytes(n_elems, dims.first().copied().unwrap_or(1) as usize)
+                .num_bytes(n_elems, shape.last().copied().unwrap_or(1))
                 .ok_or_else(|| {
                     err(format!(
                         "tensor `{name}`: row length {} is not a multiple of the {dtype:?} block size",
@@ -301,11 +306,13 @@ impl GgufFile {
                     "tensor `{name}` ({num_bytes} bytes at offset {offset}) runs past the end of the file ({file_len} bytes): the file is truncated"
                 )));
             }
+            let offset = usize::try_from(offset)
+                .map_err(|_| err(format!("tensor `{name}`: offset {offset} overflows")))?;
             let info = GgufTensorInfo {
                 name: name.clone(),
                 shape,
                 dtype,
-                offset: offset as usize,
+                offset,
                 num_bytes,
             };
             if tensors.insert(name.clone(), info).is_some() {
@@ -444,7 +451,7 @@ impl<'a> Cursor<'a> {
                 self.pos - 8
             ));
         }
-        Ok(n as usize)
+        usize::try_from(n).map_err(|_| format!("length {n} does not fit this machine's memory"))
     }
 
     fn string(&mut self) -> CurResult<String> {

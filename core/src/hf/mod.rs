@@ -184,6 +184,8 @@ impl HfConfig {
         if !(partial > 0.0 && partial <= 1.0) {
             return Err(self.bad(format!("partial_rotary_factor {partial} must be in (0, 1]")));
         }
+        // In (0, head_dim]: `partial` is in (0, 1].
+        #[expect(clippy::cast_possible_truncation, reason = "at most head_dim")]
         let rotary_dim = (head_dim as f64 * partial) as usize;
         let ty = params
             .get("rope_type")
@@ -235,7 +237,18 @@ impl HfConfig {
                         .and_then(|a| a.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>())
                         .ok_or_else(|| self.bad(format!("rope scaling `{ty}` lacks a numeric `{k}` list")))
                 };
-                let original = original as usize;
+                let original = match original {
+                    o if (1.0..=f64::from(u32::MAX)).contains(&o) => {
+                        #[expect(clippy::cast_possible_truncation, reason = "checked above")]
+                        let o = o as usize;
+                        o
+                    }
+                    o => {
+                        return Err(self.bad(format!(
+                            "original_max_position_embeddings {o} is not a context length"
+                        )))
+                    }
+                };
                 let factor = num("factor").unwrap_or(max_pos as f64 / original.max(1) as f64);
                 Some(RopeScaling::LongRope {
                     short_factor: list("short_factor")?,

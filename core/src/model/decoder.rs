@@ -9,6 +9,7 @@ use crate::backend::{AttentionParams, Backend, KvCacheSpec};
 use crate::batch::BatchInput;
 use crate::config::{ModelConfig, NormPlacement};
 use crate::error::{InferError, Result};
+use crate::narrow::u32_index;
 use crate::parallel::{shard_packed, shard_weight, TensorParallel};
 use crate::weights::{HostTensor, LayerWeight, WeightName, WeightSource};
 
@@ -306,7 +307,8 @@ impl<B: Backend> Model<B> {
     }
 
     fn check_batch(&self, batch: &BatchInput) -> Result<()> {
-        let vocab = self.config.vocab_size as u32;
+        // Within MAX_VOCAB (`ModelConfig::check_limits`).
+        let vocab = u32_index(self.config.vocab_size);
         if let Some(t) = batch.token_ids.iter().find(|&&t| t >= vocab) {
             return Err(InferError::invalid(
                 "token_ids",

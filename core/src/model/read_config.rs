@@ -12,6 +12,7 @@ use crate::config::{Features, ModelConfig};
 use crate::error::{InferError, Result};
 use crate::gguf::{GgufFile, CONFIG_TENSORS};
 use crate::hf::HfConfig;
+use crate::narrow::f32_of;
 use crate::rope::{Rope, RopeStyle};
 use crate::tokenizer::Tokenizer;
 
@@ -29,9 +30,19 @@ pub fn read_untrusted(bytes: &[u8]) -> Result<(ModelConfig, Tokenizer)> {
         })?;
     for name in CONFIG_TENSORS {
         if let Some(info) = file.tensors.get(name) {
-            // In range: the header's checks held every tensor to the file's length.
             let (a, b) = GgufFile::tensor_range(info);
-            let kept = bytes[a as usize..b as usize].to_vec();
+            let range = usize::try_from(a).and_then(|a| Ok(a..usize::try_from(b)?));
+            let kept = range
+                .ok()
+                .and_then(|r| bytes.get(r))
+                .ok_or_else(|| InferError::Gguf {
+                    path: "untrusted.gguf".into(),
+                    reason: format!(
+                        "tensor `{name}` lies outside the {} bytes read",
+                        bytes.len()
+                    ),
+                })?;
+            let kept = kept.to_vec();
             file.keep_tensor(name, kept)?;
         }
     }
@@ -86,9 +97,10 @@ impl GgufFile {
             num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim,
-            rms_norm_eps: self
-                .meta_f64(&k("attention.layer_norm_rms_epsilon"))?
-                .unwrap_or(1e-5) as f32,
+            rms_norm_eps: f32_of(
+                self.meta_f64(&k("attention.layer_norm_rms_epsilon"))?
+                    .unwrap_or(1e-5),
+            ),
             rope,
             rope_style: spec.gguf_rope_style,
             max_position_embeddings: max_pos,
@@ -149,7 +161,7 @@ pub fn parse_hf_config(path: &Path) -> Result<ModelConfig> {
         num_heads: heads,
         num_kv_heads: hf.usize("num_key_value_heads")?.unwrap_or(heads),
         head_dim,
-        rms_norm_eps: hf.f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
+        rms_norm_eps: f32_of(hf.f64("rms_norm_eps")?.unwrap_or(1e-6)),
         rope: hf.rope("full_attention", head_dim, max_pos)?,
         rope_style: RopeStyle::HalfSplit,
         max_position_embeddings: max_pos,

@@ -1,6 +1,8 @@
 //! Row kernels the sampler runs over 49k-wide logits rows: written as plain loops over `f32`
 //! that the compiler vectorizes (libm's `expf` per element would cost ~0.25 ms a row).
 
+use crate::narrow::{f32_of, u32_index};
+
 /// `e^x` to about 2 ulp for x in [-87, 88]; 0 below (so masked `-inf` logits get exactly 0).
 /// Cephes-style: 2^n by exponent bits, a degree-6 polynomial on the remainder.
 #[inline(always)]
@@ -78,7 +80,7 @@ fn max(row: &[f32]) -> f32 {
 /// NaN logits are never picked unless all are NaN.
 pub fn argmax(row: &[f32]) -> u32 {
     let m = max(row);
-    row.iter().position(|&x| x == m).unwrap_or(0) as u32
+    u32_index(row.iter().position(|&x| x == m).unwrap_or(0))
 }
 
 with_avx2! {
@@ -107,7 +109,7 @@ pub fn log_sum_exp(row: &[f32]) -> f32 {
     if !m.is_finite() {
         return m;
     }
-    m + sum_exp(row, m, 1.0).ln() as f32
+    m + f32_of(sum_exp(row, m, 1.0).ln())
 }
 
 /// The `n` largest `(index, value)` pairs, largest first, ties to the lower index.
@@ -123,7 +125,7 @@ pub fn top_n(row: &[f32], n: usize) -> Vec<(u32, f32)> {
             return;
         }
         let at = top.partition_point(|&(_, v)| v >= x);
-        top.insert(at, (i as u32, x));
+        top.insert(at, (u32_index(i), x));
         top.truncate(n);
         if top.len() == n {
             *floor = top[n - 1].1;

@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use super::math::{argmax, log_sum_exp, max, top_n};
 use super::params::SamplingParams;
 use super::structured::apply_mask;
+use crate::narrow::{f32_of, u32_index};
 use llguidance::toktrie::SimpleVob;
 
 /// One logits row and what to do with it.
@@ -227,7 +228,7 @@ fn verify_proposal(
                 }
             }
             Some(q) => {
-                let scale = total as f32;
+                let scale = f32_of(total);
                 for (wy, &qy) in w.iter_mut().zip(q) {
                     *wy = (*wy - qy * scale).max(0.0);
                 }
@@ -303,14 +304,14 @@ fn find_mass(w: &[f32], target: f64) -> u32 {
             for (j, &x) in chunk.iter().enumerate() {
                 inner += x as f64;
                 if inner > target && x > 0.0 {
-                    return (b * BLOCK + j) as u32;
+                    return u32_index(b * BLOCK + j);
                 }
             }
         }
         acc += s;
     }
     // Rounding left the target past the end: the last token with weight.
-    w.iter().rposition(|&x| x > 0.0).unwrap_or(0) as u32
+    u32_index(w.iter().rposition(|&x| x > 0.0).unwrap_or(0))
 }
 
 /// The draw's row loops, compiled for AVX2 when the CPU has it.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{InferError, Result};
+use crate::narrow::u32_index;
 use crate::tokenizer::Tokenizer;
 
 /// The parameter errors name (the server maps it to the field the client used).
@@ -241,7 +242,7 @@ impl TrieEnv {
             words.push(name);
         }
         let eos = tokenizer.eos_token_ids();
-        let info = TokRxInfo::new(vocab as u32, eos.first().copied().unwrap_or(0));
+        let info = TokRxInfo::new(u32_index(vocab), eos.first().copied().unwrap_or(0));
         let mut trie = TokTrie::from(&info, &words);
         if eos.len() > 1 {
             trie = trie.with_eos_tokens(eos);

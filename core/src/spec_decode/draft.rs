@@ -13,6 +13,7 @@ use crate::block_manager::{BlockManager, PrefixHit, SeqId};
 use crate::engine::Executor;
 use crate::error::BackendError;
 use crate::error::{InferError, Result};
+use crate::narrow::{f32_of, u32_index};
 use crate::sampling::math::argmax;
 use crate::scheduler::CacheOps;
 
@@ -170,11 +171,11 @@ fn draw_with_q(row: &[f32], temperature: f32, u: f64, q: &mut Vec<f32>) -> u32 {
     for (t, w) in dist.iter_mut().enumerate() {
         acc += *w as f64;
         if token.is_none() && acc > target && *w > 0.0 {
-            token = Some(t as u32);
+            token = Some(u32_index(t));
         }
-        *w = (*w as f64 / total) as f32;
+        *w = f32_of(*w as f64 / total);
     }
-    token.unwrap_or_else(|| dist.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32)
+    token.unwrap_or_else(|| u32_index(dist.iter().rposition(|&w| w > 0.0).unwrap_or(0)))
 }
 
 impl<E: Executor> DraftProposer<E> {

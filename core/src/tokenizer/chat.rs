@@ -179,6 +179,10 @@ pub fn render(
 /// (year, month 1-12, day, hour, minute, second) in UTC.
 type DateTime = (i64, u32, u32, u32, u32, u32);
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "days of a month, months, hours, minutes and seconds are small"
+)]
 fn now_utc() -> DateTime {
     let secs = web_time::SystemTime::now()
         .duration_since(web_time::UNIX_EPOCH)

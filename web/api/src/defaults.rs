@@ -2,6 +2,7 @@
 //! fields of the model's `generation_config.json` (`--generation-config auto`, the default)
 //! with `--override-generation-config` over them, and `--default-chat-template-kwargs`.
 
+use infer_core::narrow::f32_of;
 use serde_json::{Map, Value};
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -34,7 +35,7 @@ impl RequestDefaults {
                 None | Some(Value::Null) => Ok(None),
                 Some(v) => v
                     .as_f64()
-                    .map(|x| Some(x as f32))
+                    .map(|x| Some(f32_of(x)))
                     .ok_or_else(|| format!("`{k}` is not a number: {v}")),
             }
         };

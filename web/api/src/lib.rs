@@ -3,6 +3,9 @@
 //! chunks are made of (`format`). `infer serve` and the browser engine both use it, so a client
 //! gets the same objects from either.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
+
 pub mod defaults;
 pub mod embeddings;
 pub mod error;

@@ -388,7 +388,8 @@ impl Served<'_> {
                     self.max_model_len
                 ))
             }
-            Some(k) => k as usize,
+            // Positive and at most the context, checked above.
+            Some(k) => usize::try_from(k).unwrap_or(usize::MAX),
         };
         if prompt.len() > keep {
             prompt.drain(..prompt.len() - keep);

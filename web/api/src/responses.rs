@@ -410,7 +410,8 @@ impl ResponseStream {
             .into_iter()
             .flatten()
         {
-            let index = call["index"].as_u64().unwrap_or(0) as usize;
+            let index = call["index"].as_u64().unwrap_or(0);
+            let index = usize::try_from(index).unwrap_or(usize::MAX);
             let i = self.open_call(index, call, &mut events);
             if let Some(piece) = call["function"]
                 .get("arguments")

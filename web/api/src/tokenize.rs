@@ -105,8 +105,8 @@ impl Served<'_> {
 
     /// A 400 naming `param` for the first id outside the vocabulary.
     pub fn check_token_ids(&self, ids: &[u32], param: &str) -> Result<(), RequestError> {
-        let vocab = self.tokenizer.vocab_size() as u32;
-        match ids.iter().find(|&&t| t >= vocab) {
+        let vocab = self.tokenizer.vocab_size();
+        match ids.iter().find(|&&t| t as usize >= vocab) {
             Some(t) => Err(RequestError::bad_request(format!(
                 "token {t} is outside the vocabulary of {vocab}"
             ))

@@ -130,7 +130,7 @@ impl SamplingFields {
         }
         let top_k = match self.top_k.or(defaults.top_k) {
             None | Some(-1) | Some(0) => 0,
-            Some(k) if k > 0 => k as usize,
+            Some(k) if k > 0 => usize::try_from(k).unwrap_or(usize::MAX),
             Some(k) => {
                 return Err(InferError::invalid(
                     "top_k",

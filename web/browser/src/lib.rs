@@ -4,6 +4,8 @@
 //! in wasm memory), builds a `WebEngine`, and steps it while requests are live; `js/infer.js`
 //! gives the page an OpenAI-shaped API over the worker.
 
+// Test code builds fixtures from small numbers; the truncating-cast lint guards the rest.
+#![cfg_attr(test, allow(clippy::cast_possible_truncation))]
 // wgpu's handles are neither Send nor Sync on wasm32; the worker runs everything on one thread.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 

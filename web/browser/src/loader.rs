@@ -92,7 +92,13 @@ impl WebLoader {
         prefix: &[u8],
         file_len: f64,
     ) -> Result<bool, JsError> {
-        match GgufFile::from_header(name, prefix, file_len as u64).map_err(js_err)? {
+        // A JS number: a whole, non-negative count below 2^53 is exact as u64.
+        if !(file_len.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&file_len)) {
+            return Err(JsError::new(&format!("{name}: {file_len} is not a file length")));
+        }
+        #[expect(clippy::cast_possible_truncation, reason = "a whole number below 2^53")]
+        let file_len = file_len as u64;
+        match GgufFile::from_header(name, prefix, file_len).map_err(js_err)? {
             None => Ok(false),
             Some(g) => {
                 self.gguf = Some(g);
@@ -207,6 +213,7 @@ impl WebLoader {
     /// (uploaded, total) weights.
     pub fn progress(&self) -> Vec<u32> {
         let total = self.header.as_ref().map_or(0, |h| h.plan.len());
-        vec![self.uploaded.len() as u32, total as u32]
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        vec![count(self.uploaded.len()), count(total)]
     }
 }

@@ -80,6 +80,10 @@ unsafe fn nibbles(q: *const u8) -> (__m512, __m512) {
 /// # Safety
 /// AVX-512F; `h` points at 4 and `q` at 16 readable bytes.
 #[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the low 16 bits are the lane mask"
+)]
 unsafe fn five_bit_codes(h: *const u8, q: *const u8) -> (__m512, __m512) {
     // SAFETY: the caller's contract.
     unsafe {

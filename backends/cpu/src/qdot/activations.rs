@@ -122,6 +122,7 @@ fn group_scale(xs: &[f32]) -> (f32, f32) {
 /// `r` to its code: to nearest, ties to even, held to ±127 (so `maddubs` pairs never
 /// saturate), NaN (from a broken input) to 0.
 #[inline(always)]
+#[expect(clippy::cast_possible_truncation, reason = "clamped to ±127")]
 fn code_of(r: f32) -> i8 {
     let held = r.round_ties_even().clamp(-127.0, 127.0);
     let held = if held.is_nan() { 0.0 } else { held };

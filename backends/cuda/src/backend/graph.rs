@@ -163,12 +163,12 @@ fn pad(b: &BatchInput, rows: usize, width: usize, cache: &CudaKvCache) -> Option
         token_ids: padded(&b.token_ids, 0),
         positions: padded(&b.positions, 0),
         slot_mapping: padded(&b.slot_mapping, PAD_SLOT),
-        query_start: (0..=rows as u32).collect(),
+        query_start: (0u32..).take(rows + 1).collect(),
         context_lens: padded(&b.context_lens, 1),
         block_tables,
         max_blocks_per_seq: width,
         block_size: b.block_size,
-        logits_indices: (0..rows as u32).collect(),
+        logits_indices: (0u32..).take(rows).collect(),
         argmax_only: b.argmax_only,
     })
 }

@@ -9,6 +9,7 @@ use crate::gguf::GgufFile;
 use crate::hf::HfConfig;
 use crate::model::names::TensorNames;
 use crate::model::registry::{Family, FamilySpec};
+use crate::narrow::f32_of;
 use crate::rope::RopeStyle;
 use crate::weights::LayerWeight;
 
@@ -72,7 +73,7 @@ fn hf_attention_scale(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     let scalar = hf
         .f64("query_pre_attn_scalar")?
         .unwrap_or(c.head_dim as f64);
-    c.features.attention_scale = Some((1.0 / scalar.sqrt()) as f32);
+    c.features.attention_scale = Some(f32_of(1.0 / scalar.sqrt()));
     Ok(())
 }
 
@@ -97,7 +98,7 @@ pub(crate) fn hf_gemma(
     gemma_common(c, true);
     hf_activation(hf)?;
     hf_attention_scale(hf, c)?;
-    let f64_f32 = |v: Option<f64>| v.map(|x| x as f32);
+    let f64_f32 = |v: Option<f64>| v.map(f32_of);
     c.features.attn_logit_softcap = f64_f32(hf.f64("attn_logit_softcapping")?);
     c.features.final_logit_softcap = f64_f32(hf.f64("final_logit_softcapping")?);
     c.features.sliding_window = hf.usize("sliding_window")?;
@@ -120,8 +121,8 @@ pub(crate) fn gguf_gemma(
 ) -> Result<()> {
     gemma_common(c, false);
     gguf_attention_scale(c, big_layers);
-    c.features.attn_logit_softcap = g.arch_f64("attn_logit_softcapping")?.map(|x| x as f32);
-    c.features.final_logit_softcap = g.arch_f64("final_logit_softcapping")?.map(|x| x as f32);
+    c.features.attn_logit_softcap = g.arch_f64("attn_logit_softcapping")?.map(f32_of);
+    c.features.final_logit_softcap = g.arch_f64("final_logit_softcapping")?.map(f32_of);
     c.features.sliding_window = g.sliding_window()?;
     if c.features.sliding_window.is_some() {
         c.features.sliding_layers = match g.sliding_window_pattern(c.num_layers)? {

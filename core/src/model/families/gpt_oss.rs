@@ -13,6 +13,7 @@ use crate::gguf::GgufFile;
 use crate::hf::HfConfig;
 use crate::model::names::{Layout, TensorNames};
 use crate::model::registry::{Family, FamilySpec};
+use crate::narrow::f32_of;
 use crate::rope::{RopeScaling, RopeStyle};
 use crate::weights::LayerWeight;
 
@@ -77,8 +78,8 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     moe.biases = true;
     c.features.moe = Some(moe);
     c.features.activation = Activation::SwigluClamped {
-        alpha: hf.f64("swiglu_alpha")?.map_or(ALPHA, |a| a as f32),
-        limit: hf.f64("swiglu_limit")?.map_or(LIMIT, |l| l as f32),
+        alpha: hf.f64("swiglu_alpha")?.map_or(ALPHA, f32_of),
+        limit: hf.f64("swiglu_limit")?.map_or(LIMIT, f32_of),
     };
     Ok(())
 }

@@ -7,6 +7,7 @@ use crate::gguf::GgufFile;
 use crate::hf::HfConfig;
 use crate::model::names::TensorNames;
 use crate::model::registry::{Family, FamilySpec};
+use crate::narrow::f32_of;
 use crate::rope::RopeStyle;
 
 pub const SPEC: FamilySpec = FamilySpec {
@@ -36,10 +37,10 @@ fn set(
     logits: Option<f64>,
 ) {
     let f = &mut c.features;
-    f.embedding_scale = emb.map(|x| x as f32);
-    f.residual_scale = res.map(|x| x as f32);
-    f.attention_scale = att.map(|x| x as f32);
-    f.logits_scale = logits.map(|x| (1.0 / x) as f32);
+    f.embedding_scale = emb.map(f32_of);
+    f.residual_scale = res.map(f32_of);
+    f.attention_scale = att.map(f32_of);
+    f.logits_scale = logits.map(|x| f32_of(1.0 / x));
 }
 
 fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {

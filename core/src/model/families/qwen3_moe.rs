@@ -59,7 +59,7 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
             .as_array()
             .and_then(|a| {
                 a.iter()
-                    .map(|x| x.as_u64().map(|n| n as usize))
+                    .map(|x| x.as_u64().and_then(|n| usize::try_from(n).ok()))
                     .collect::<Option<Vec<_>>>()
             })
             .ok_or_else(|| hf.bad(format!("`mlp_only_layers` is {v}, expected layer numbers")))?,

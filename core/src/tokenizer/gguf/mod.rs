@@ -13,6 +13,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
+use crate::config::MAX_VOCAB;
 use crate::error::{InferError, Result};
 use crate::gguf::{GgufFile, GgufValue};
 
@@ -60,8 +61,8 @@ pub(super) fn bpe_over_vocab(
 ) -> Result<tokenizers::Tokenizer> {
     let vocab: tokenizers::models::bpe::Vocab = tokens
         .iter()
-        .enumerate()
-        .map(|(i, t)| (t.to_string(), i as u32))
+        .zip(0u32..)
+        .map(|(t, i)| (t.to_string(), i))
         .collect();
     let mut builder = BPE::builder()
         .vocab_and_merges(vocab, merges)
@@ -138,7 +139,18 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
         .and_then(|v| v.as_str())
         .unwrap_or("");
     let tokens = string_array(g, "tokenizer.ggml.tokens")?;
-    let token_id = |key: &str| g.get(key).and_then(|v| v.as_u64()).map(|v| v as u32);
+    // Token ids are u32 (and a model's vocabulary is far smaller: `ModelConfig::check_limits`).
+    if tokens.len() > MAX_VOCAB {
+        return Err(tok_err(
+            g,
+            format!("{} tokens (at most {MAX_VOCAB})", tokens.len()),
+        ));
+    }
+    let token_id = |key: &str| {
+        g.get(key)
+            .and_then(|v| v.as_u64())
+            .and_then(|v| u32::try_from(v).ok())
+    };
     let unk = token_id("tokenizer.ggml.unknown_token_id")
         .and_then(|i| tokens.get(i as usize))
         .map(|t| t.to_string());

@@ -15,6 +15,7 @@ use tokenizers::{DecoderWrapper, NormalizerWrapper};
 use super::{bpe_over_vocab, tok_err};
 use crate::error::Result;
 use crate::gguf::{GgufFile, GgufValue};
+use crate::narrow::f32_of;
 
 const SPACE: &str = "▁";
 
@@ -28,7 +29,7 @@ pub(super) fn build(
         .and_then(GgufValue::as_array)
         .ok_or_else(|| tok_err(g, "metadata `tokenizer.ggml.scores` is missing".into()))?
         .iter()
-        .map(|v| v.as_f64().map(|x| x as f32))
+        .map(|v| v.as_f64().map(f32_of))
         .collect::<Option<_>>()
         .ok_or_else(|| tok_err(g, "`tokenizer.ggml.scores` holds a non-number".into()))?;
     if scores.len() != tokens.len() {
@@ -67,11 +68,7 @@ pub(super) fn build(
 /// piece's score (best first); splits of one piece are ordered by their halves' ids. This is
 /// the `SentencePieceExtractor` rule HF uses, which reproduces SentencePiece's own merge order.
 fn merges_by_score(tokens: &[&str], scores: &[f32]) -> Vec<(String, String)> {
-    let vocab: HashMap<&str, u32> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (*t, i as u32))
-        .collect();
+    let vocab: HashMap<&str, u32> = tokens.iter().zip(0u32..).map(|(t, i)| (*t, i)).collect();
     let mut merges: Vec<(f32, u32, u32, &str, &str)> = Vec::new();
     for (piece, &score) in tokens.iter().zip(scores) {
         let mut local: Vec<(f32, u32, u32, &str, &str)> = piece

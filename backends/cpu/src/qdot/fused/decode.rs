@@ -209,6 +209,7 @@ pub(crate) struct Q45K<const FIVE: bool>;
 impl<const FIVE: bool> FusedType for Q45K<FIVE> {
     const SIGNED: bool = false;
     #[inline(always)]
+    #[expect(clippy::cast_possible_truncation, reason = "j < 4: bit positions")]
     unsafe fn chunks(w: &[u8], mut f: impl FnMut(usize, Chunk)) {
         let t = table();
         let bytes = if FIVE { 176 } else { 144 };

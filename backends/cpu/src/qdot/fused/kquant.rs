@@ -120,6 +120,7 @@ unsafe fn scales_mins(scales: &[u8]) -> (__m128i, __m128i) {
 /// # Safety
 /// AVX2.
 #[inline(always)]
+#[expect(clippy::cast_possible_truncation, reason = "I < 8: byte indices")]
 unsafe fn broadcast_i16<const I: i32>(v: __m128i) -> __m256i {
     // SAFETY: register-only intrinsics; the caller has AVX2.
     unsafe {
@@ -133,6 +134,7 @@ pub(crate) struct Q45K<const FIVE: bool>;
 
 impl<const FIVE: bool> KQuant for Q45K<FIVE> {
     #[inline(always)]
+    #[expect(clippy::cast_possible_truncation, reason = "j < 4: shift counts")]
     unsafe fn dot<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R] {
         let t = table();
         let bytes = if FIVE { 176 } else { 144 };
@@ -206,6 +208,7 @@ pub(crate) struct Q6K;
 
 impl KQuant for Q6K {
     #[inline(always)]
+    #[expect(clippy::cast_possible_truncation, reason = "i < 4: shift counts")]
     unsafe fn dot<P: Product, const R: usize>(w_row: &[u8], rows: &[XRow; R]) -> [f32; R] {
         let t = table();
         // SAFETY: as in `Q45K::dot`: loads inside the whole 210-byte block and block `blk` of

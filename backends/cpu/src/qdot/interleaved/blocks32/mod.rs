@@ -69,6 +69,7 @@ impl<const MIN: bool, const FIFTH: bool> Kind for Q45<MIN, FIFTH> {
     const BLOCK: usize = Self::HEAD + 16;
     const GROUP_BLOCK: usize = ROWS * Self::BLOCK;
 
+    #[expect(clippy::cast_possible_truncation, reason = "high holds 8 bits")]
     fn pack_block(block: &[u8], r: usize, gb: &mut [u8]) {
         gb[D + 2 * r..D + 2 * r + 2].copy_from_slice(&block[0..2]);
         if MIN {

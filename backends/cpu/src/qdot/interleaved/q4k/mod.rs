@@ -37,6 +37,7 @@ impl Kind for Q4K {
     const BLOCK: usize = 144;
     const GROUP_BLOCK: usize = 16 + 16 + 64 + 64 + 1024;
 
+    #[expect(clippy::cast_possible_truncation, reason = "6-bit scales and mins")]
     fn pack_block(block: &[u8], r: usize, gb: &mut [u8]) {
         gb[D + 2 * r..D + 2 * r + 2].copy_from_slice(&block[0..2]);
         gb[DMIN + 2 * r..DMIN + 2 * r + 2].copy_from_slice(&block[2..4]);

@@ -37,6 +37,7 @@ pub(super) fn qh_at(g: usize, r: usize, i: usize) -> usize {
 
 /// Where weight `l` (0..256) of a stored Q6_K block keeps its bits: (`ql` byte, shift of its
 /// nibble, `qh` byte, shift of its top two bits), as ggml's `dequantize_row_q6_K` reads them.
+#[expect(clippy::cast_possible_truncation, reason = "quarter < 4")]
 fn stored_at(l: usize) -> (usize, u32, usize, u32) {
     let (half, j) = (l / 128, l % 128);
     let (quarter, t) = (j / 32, j % 32);
