@@ -94,7 +94,9 @@ impl WebLoader {
     ) -> Result<bool, JsError> {
         // A JS number: a whole, non-negative count below 2^53 is exact as u64.
         if !(file_len.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(&file_len)) {
-            return Err(JsError::new(&format!("{name}: {file_len} is not a file length")));
+            return Err(JsError::new(&format!(
+                "{name}: {file_len} is not a file length"
+            )));
         }
         #[expect(clippy::cast_possible_truncation, reason = "a whole number below 2^53")]
         let file_len = file_len as u64;
