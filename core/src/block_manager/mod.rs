@@ -38,25 +38,9 @@ pub fn check_copies(
     from_blocks: usize,
     to_blocks: usize,
 ) -> std::result::Result<(), BackendError> {
-    for &(from, to) in copies {
-        if from as usize >= from_blocks {
-            return Err(BackendError::out_of_range(
-                op,
-                "source block",
-                from,
-                from_blocks,
-            ));
-        }
-        if to as usize >= to_blocks {
-            return Err(BackendError::out_of_range(
-                op,
-                "destination block",
-                to,
-                to_blocks,
-            ));
-        }
-    }
-    Ok(())
+    let (sources, destinations) = (copies.iter().map(|c| &c.0), copies.iter().map(|c| &c.1));
+    BackendError::check_indices(op, "source block", sources, from_blocks)?;
+    BackendError::check_indices(op, "destination block", destinations, to_blocks)
 }
 
 #[derive(Debug, Clone, Default)]
