@@ -1,6 +1,7 @@
 //! The continuous-batching engine on SmolLM2: many greedy requests through a KV pool too small
 //! for all of them (preemption by recompute and by swap) produce exactly what each produces
-//! alone, and a shared prompt prefix is served from the prefix cache without changing output.
+//! alone, seeded samples and their logprobs are the same bits batched as alone, and a shared
+//! prompt prefix is served from the prefix cache without changing output.
 
 use std::sync::Arc;
 
@@ -156,6 +157,63 @@ fn a_k_quant_model_gives_the_same_tokens_batched_as_alone() {
     let (got, _) = together(&s, &work, PreemptionMode::Recompute);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g, w, "request {i} differs from its single-request run");
+    }
+}
+
+/// Seeded sampling draws the same tokens with the same logprobs, bit for bit, alone and in a
+/// crowded batch: prefills beside decodes, preemption by recompute (a sequence's prompt and
+/// generated tokens computed again as one prefill) and prefix-cache hits. The CPU backend's
+/// matmuls and attention do not depend on the batch; one rounding's difference anywhere shows
+/// in the logprobs even where the tokens agree.
+#[test]
+fn seeded_samples_and_logprobs_are_the_same_bits_alone_and_batched() {
+    let s = smol();
+    let work: Vec<_> = workload(&s)
+        .into_iter()
+        .take(12)
+        .enumerate()
+        .map(|(i, (ids, _))| {
+            let params = SamplingParams {
+                temperature: 0.8,
+                seed: Some(i as u64),
+                max_tokens: Some(16),
+                logprobs: Some(0),
+                ignore_eos: true,
+                ..Default::default()
+            };
+            (ids, params)
+        })
+        .collect();
+    let bits = |out: &infer_core::CompletionOutput| -> Vec<(u32, u32)> {
+        let logprobs = out.logprobs.as_ref().expect("logprobs were asked for");
+        logprobs
+            .iter()
+            .map(|l| (l.token_id, l.logprob.to_bits()))
+            .collect()
+    };
+    let want: Vec<_> = work
+        .iter()
+        .map(|(ids, p)| {
+            let mut e = engine(&s, 16, 0, PreemptionMode::Recompute, false);
+            let prompt = vec![Prompt::Tokens(ids.clone())];
+            let out = e.generate(prompt, std::slice::from_ref(p), &mut |_| {});
+            bits(&out.unwrap()[0].outputs[0])
+        })
+        .collect();
+    let mut e = engine(&s, 12, 0, PreemptionMode::Recompute, true);
+    let prompts = work.iter().map(|(ids, _)| Prompt::Tokens(ids.clone()));
+    let params: Vec<_> = work.iter().map(|(_, p)| p.clone()).collect();
+    let got = e.generate(prompts.collect(), &params, &mut |_| {}).unwrap();
+    assert!(
+        e.stats().preemptions > 0,
+        "the pool was meant to force preemption"
+    );
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(
+            &bits(&g.outputs[0]),
+            w,
+            "request {i}: batched differs from alone"
+        );
     }
 }
 

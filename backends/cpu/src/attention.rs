@@ -1,12 +1,14 @@
 //! Paged attention on the CPU. The cache of each layer is `[num_blocks, block_size, kv_heads,
 //! head_dim]` for K and for V; tokens find their keys through their sequence's block table.
 
+use std::ops::Range;
+
 use infer_core::{AttentionParams, BatchInput};
 use rayon::prelude::*;
 
-use crate::matmul::gemm_into;
+use parts::{attend, combine, part_len, Gathered, Row, Scores, Source};
 
-mod decode;
+mod parts;
 
 /// Writes each token's K/V row at its slot.
 pub fn write_kv(cache: &mut [f32], rows: &[f32], slot_mapping: &[u32], kv_dim: usize) {
@@ -16,9 +18,18 @@ pub fn write_kv(cache: &mut [f32], rows: &[f32], slot_mapping: &[u32], kv_dim: u
     }
 }
 
-/// Queries of one sequence from which attention runs as GEMMs (prefill chunks); fewer (decode)
-/// use one dot product per key.
-const GEMM_MIN_QUERIES: usize = 8;
+/// Keys per part of a token's attention. Every token, decode or prefill, sums its keys in the
+/// same parts, cut at absolute positions `[i · PART_KEYS, (i + 1) · PART_KEYS)`, and combines
+/// them in order: its result then does not depend on the batch it came in, on how its prompt
+/// was chunked or on how many threads ran, bit for bit (with the matmuls' own invariance, a
+/// seeded request draws the same tokens alone and under load). The parts also spread one long
+/// stream's decode over the threads. Tests use tiny parts so their short contexts span several.
+const PART_KEYS: usize = if cfg!(test) { 3 } else { 256 };
+
+/// Query tokens of one sequence whose parts run next to each other, so that a part's keys come
+/// from memory once for all of them (128 tokens' queries and 256 keys of a KV head: ~250 KB for
+/// SmolLM2). Tests use small tiles so their short runs span several.
+const QUERY_TILE: usize = if cfg!(test) { 5 } else { 128 };
 
 /// For each token of the batch, the index of its sequence.
 pub fn seq_of_token(batch: &BatchInput) -> Vec<usize> {
@@ -42,227 +53,112 @@ pub fn paged_attention(
     p: &AttentionParams,
     sinks: Option<&[f32]>,
 ) -> Vec<f32> {
-    let decode_tasks = seq_of
-        .iter()
-        .filter(|&&s| {
-            ((batch.query_start[s + 1] - batch.query_start[s]) as usize) < GEMM_MIN_QUERIES
-        })
-        .count()
-        * p.num_kv_heads;
-    let parts = decode_parts(decode_tasks, rayon::current_num_threads());
-    attention_in_parts(q, k_cache, v_cache, batch, seq_of, p, sinks, parts)
-}
-
-/// Into how many parts each decode token's keys are split: one while there are (token, KV
-/// head) tasks enough for every thread, more when a few long sequences (one: a single
-/// stream) would leave threads idle or unevenly loaded (SmolLM2's 3 KV heads on 2 threads).
-fn decode_parts(tasks: usize, threads: usize) -> usize {
-    if tasks == 0 || tasks >= 2 * threads {
-        1
-    } else {
-        (4 * threads).div_ceil(tasks)
-    }
-}
-
-/// Fewest keys in a part of a split decode token: below this the parts' bookkeeping costs
-/// more than the threads gain. (Tests split short contexts too.)
-const MIN_PART_KEYS: usize = if cfg!(test) { 2 } else { 256 };
-
-/// `paged_attention` with decode tokens' keys split into up to `parts` parts.
-#[allow(clippy::too_many_arguments)]
-fn attention_in_parts(
-    q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
-    batch: &BatchInput,
-    seq_of: &[usize],
-    p: &AttentionParams,
-    sinks: Option<&[f32]>,
-    parts: usize,
-) -> Vec<f32> {
-    let (hd, heads) = (p.head_dim, p.num_heads);
-    let group = heads / p.num_kv_heads;
-    let kv_dim = p.num_kv_heads * hd;
-    let mut out = vec![0f32; q.len()];
-    let q_range = |s: usize| batch.query_start[s] as usize..batch.query_start[s + 1] as usize;
-    let is_long = |s: usize| q_range(s).len() >= GEMM_MIN_QUERIES;
-    // Decode-sized runs: one task per (token, KV head) for the group of query heads sharing
-    // it, `idx = token · kv_heads + kv head`.
-    let task = |idx: usize| {
-        let (t, g) = (idx / p.num_kv_heads, idx % p.num_kv_heads);
+    let (hd, kv_heads) = (p.head_dim, p.num_kv_heads);
+    let group = p.num_heads / kv_heads;
+    let window = p.window.unwrap_or(usize::MAX);
+    // The keys token `t` sees: up to itself (later tokens of its run are masked), within the
+    // window.
+    let seen = |t: usize| {
         let s = seq_of[t];
-        let q_end = batch.query_start[s + 1] as usize;
-        let keys = decode::Keys {
-            k_cache,
-            v_cache,
-            table: batch.block_table(s),
-            block_size: batch.block_size,
-            kv_dim,
-            kv_off: g * hd,
-            // This token sees the cache up to itself: later tokens of its run are masked.
-            visible: batch.context_lens[s] as usize - (q_end - 1 - t),
-            window: p.window.unwrap_or(usize::MAX),
-        };
-        let qs = &q[t * heads * hd + g * group * hd..][..group * hd];
-        let sm = decode::Softmax {
-            scale: p.scale,
-            softcap: p.softcap,
-            sinks: sinks.map(|s| &s[g * group..(g + 1) * group]),
-        };
-        (keys, qs, sm)
+        let visible = batch.context_lens[s] as usize - (batch.query_start[s + 1] as usize - 1 - t);
+        visible.saturating_sub(window)..visible
     };
-    if parts <= 1 {
-        out.par_chunks_mut(group * hd)
-            .enumerate()
-            .filter(|(idx, _)| !is_long(seq_of[idx / p.num_kv_heads]))
-            .for_each_init(Vec::new, |scores, (idx, o)| {
-                let (keys, qs, sm) = task(idx);
-                decode::attend(qs, &keys, hd, &sm, scores, o);
-            });
-    } else {
-        // (task, key range) jobs, a task's parts next to each other.
-        let jobs: Vec<(usize, std::ops::Range<usize>)> = (0..seq_of.len() * p.num_kv_heads)
-            .filter(|idx| !is_long(seq_of[idx / p.num_kv_heads]))
-            .flat_map(|idx| {
-                let seen = task(idx).0.seen();
-                let n = parts.min(seen / MIN_PART_KEYS).max(1);
-                (0..n).map(move |i| (idx, seen * i / n..seen * (i + 1) / n))
-            })
-            .collect();
-        let partials: Vec<(usize, decode::Partial)> = jobs
-            .into_par_iter()
-            .map_init(Vec::new, |scores, (idx, range)| {
-                let (keys, qs, sm) = task(idx);
-                (idx, decode::attend_part(qs, &keys, hd, &sm, range, scores))
-            })
-            .collect();
-        for same in partials.chunk_by(|a, b| a.0 == b.0) {
-            let idx = same[0].0;
-            let own: Vec<&decode::Partial> = same.iter().map(|(_, part)| part).collect();
-            let (_, _, sm) = task(idx);
-            decode::combine(
-                &own,
-                hd,
-                sm.sinks,
-                &mut out[idx * group * hd..][..group * hd],
-            );
-        }
+    let parts_of = |keys: Range<usize>| keys.start / PART_KEYS..keys.end.div_ceil(PART_KEYS);
+    // A task is one token's group of query heads sharing a KV head, `idx = token · kv_heads +
+    // kv head`: its output is `out[idx · group · hd..][..group · hd]`, its parts' results the
+    // slots `slot_of[first[idx]..first[idx + 1]]`, in order.
+    let tasks = seq_of.len() * kv_heads;
+    let mut first = Vec::with_capacity(tasks + 1);
+    first.push(0);
+    for idx in 0..tasks {
+        first.push(first[idx] + parts_of(seen(idx / kv_heads)).len());
     }
-
-    // Long query runs: one task per (sequence, kv head, tile of queries) computes the tile for
-    // the whole group of heads; scores are [tile, visible keys], never [queries, context].
-    let tasks: Vec<(usize, usize, usize)> = (0..batch.num_seqs())
-        .filter(|&s| is_long(s))
-        .flat_map(|s| {
-            let q_len = q_range(s).len();
-            (0..p.num_kv_heads)
-                .flat_map(move |g| (0..q_len).step_by(QUERY_TILE).map(move |r0| (s, g, r0)))
-        })
-        .collect();
-    let results: Vec<(usize, usize, usize, Vec<f32>)> = tasks
-        .into_par_iter()
-        .map(|(s, g, r0)| {
-            (
-                s,
-                g,
-                r0,
-                prefill_tile(q, k_cache, v_cache, batch, p, sinks, s, g, r0),
-            )
-        })
-        .collect();
-    for (s, g, r0, o) in results {
-        // `o` is [group, tile rows, hd]; scatter into rows of `out`.
-        let rows = q_range(s);
-        let tile = (rows.len() - r0).min(QUERY_TILE);
-        for (i, h) in (g * group..(g + 1) * group).enumerate() {
-            for r in 0..tile {
-                let t = rows.start + r0 + r;
-                let src = &o[(i * tile + r) * hd..][..hd];
-                out[t * heads * hd + h * hd..][..hd].copy_from_slice(src);
+    let mut slot_of = vec![0usize; first[tasks]];
+    // Jobs, in slot order: a tile of one sequence's query tokens, a KV head, a part and the
+    // tile's tokens that see some of it (consecutive: later tokens see later keys).
+    let mut jobs: Vec<(usize, usize, usize, Range<usize>)> = Vec::new();
+    let mut slots = 0;
+    for s in 0..batch.num_seqs() {
+        let run = batch.query_start[s] as usize..batch.query_start[s + 1] as usize;
+        for t0 in run.clone().step_by(QUERY_TILE) {
+            let tile = t0..(t0 + QUERY_TILE).min(run.end);
+            let parts = parts_of(seen(tile.start).start..seen(tile.end - 1).end);
+            for g in 0..kv_heads {
+                for part in parts.clone() {
+                    let sees = |t: &usize| parts_of(seen(*t)).contains(&part);
+                    let from = tile.clone().find(sees).unwrap_or(tile.end);
+                    let to = (from..tile.end).find(|t| !sees(t)).unwrap_or(tile.end);
+                    let rows = from..to;
+                    if rows.is_empty() {
+                        continue;
+                    }
+                    for t in rows.clone() {
+                        let idx = t * kv_heads + g;
+                        slot_of[first[idx] + part - parts_of(seen(t)).start] = slots;
+                        slots += 1;
+                    }
+                    jobs.push((s, g, part, rows));
+                }
             }
         }
     }
-    out
-}
-
-/// Query rows per prefill attention task: bounds the score matrix to `QUERY_TILE` rows of the
-/// keys they see (an 8K prompt's tile holds 128 × 8K scores, not 8K × 8K). Tests use small
-/// tiles so their short runs span several.
-const QUERY_TILE: usize = if cfg!(test) { 5 } else { 128 };
-
-/// Attention of queries `r0..r0 + QUERY_TILE` (of sequence `s`'s run) for the heads of kv head
-/// `g`, as GEMMs over the keys the tile sees: `S = Q·Kᵀ`, causal softmax per row, `O = P·V`.
-/// Returns `[group, tile rows, head_dim]`.
-#[allow(clippy::too_many_arguments)]
-fn prefill_tile(
-    q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
-    batch: &BatchInput,
-    p: &AttentionParams,
-    sinks: Option<&[f32]>,
-    s: usize,
-    g: usize,
-    r0: usize,
-) -> Vec<f32> {
-    let (hd, heads) = (p.head_dim, p.num_heads);
-    let group = heads / p.num_kv_heads;
-    let kv_dim = p.num_kv_heads * hd;
-    let bs = batch.block_size;
-    let (q0, q1) = (
-        batch.query_start[s] as usize,
-        batch.query_start[s + 1] as usize,
+    let len = part_len(group, hd);
+    let mut partials = vec![0f32; slots * len];
+    // Each job's slots, as its own slice for the parallel loop.
+    let mut outs = Vec::with_capacity(jobs.len());
+    let mut rest = &mut partials[..];
+    for (.., rows) in &jobs {
+        let (mine, after) = rest.split_at_mut(rows.len() * len);
+        outs.push(mine);
+        rest = after;
+    }
+    let sc = Scores {
+        scale: p.scale,
+        softcap: p.softcap,
+    };
+    jobs.par_iter().zip(outs).for_each_init(
+        || (Gathered::default(), Vec::new()),
+        |(gathered, scratch), ((s, g, part, rows), out)| {
+            let src = Source {
+                k_cache,
+                v_cache,
+                table: batch.block_table(*s),
+                block_size: batch.block_size,
+                kv_dim: kv_heads * hd,
+                kv_off: g * hd,
+                head_dim: hd,
+            };
+            // The part's keys that any of the rows sees.
+            let lo = (part * PART_KEYS).max(seen(rows.start).start);
+            let hi = ((part + 1) * PART_KEYS).min(seen(rows.end - 1).end);
+            gathered.fill(&src, lo..hi);
+            let mut rows: Vec<Row> = rows
+                .clone()
+                .zip(out.chunks_exact_mut(len))
+                .map(|(t, out)| {
+                    let keys = seen(t);
+                    let mine = keys.start.max(lo) - lo..keys.end.min(hi) - lo;
+                    let idx = t * kv_heads + g;
+                    Row {
+                        q: &q[idx * group * hd..][..group * hd],
+                        keys: mine,
+                        out,
+                    }
+                })
+                .collect();
+            attend(gathered, hd, sc, &mut rows, scratch);
+        },
     );
-    let q_len = q1 - q0;
-    let rows = (q_len - r0).min(QUERY_TILE);
-    // Query r of the run sits at position ctx - q_len + r and sees keys 0..=that: the tile's
-    // last row sees `keys`, no row more.
-    let past = batch.context_lens[s] as usize - q_len;
-    let window = p.window.unwrap_or(usize::MAX);
-    // Keys k0..end: the tile's first row sees back to k0 (its window), its last row up to end.
-    let k0 = (past + r0 + 1).saturating_sub(window);
-    let keys = past + r0 + rows - k0;
-    let table = batch.block_table(s);
-    // K as [keys, hd] and V transposed as [hd, keys], gathered through the block table.
-    let mut k = vec![0f32; keys * hd];
-    let mut vt = vec![0f32; hd * keys];
-    for j in 0..keys {
-        let pos = k0 + j;
-        let at = (table[pos / bs] as usize * bs + pos % bs) * kv_dim + g * hd;
-        k[j * hd..(j + 1) * hd].copy_from_slice(&k_cache[at..at + hd]);
-        for (d, &x) in v_cache[at..at + hd].iter().enumerate() {
-            vt[d * keys + j] = x;
-        }
-    }
-    let mut out = vec![0f32; group * rows * hd];
-    let mut qh = vec![0f32; rows * hd];
-    let mut scores = vec![0f32; rows * keys];
-    for i in 0..group {
-        let h = g * group + i;
-        for r in 0..rows {
-            let t = q0 + r0 + r;
-            qh[r * hd..(r + 1) * hd].copy_from_slice(&q[t * heads * hd + h * hd..][..hd]);
-        }
-        gemm_into(&qh, &k, rows, hd, keys, &mut scores, false);
-        for (r, row) in scores.chunks_exact_mut(keys).enumerate() {
-            // Row r sits at position past + r0 + r and sees keys [lo, hi) of the gathered.
-            let hi = past + r0 + r + 1 - k0;
-            let lo = (past + r0 + r + 1).saturating_sub(window) - k0;
-            row[..lo].iter_mut().for_each(|x| *x = 0.0);
-            row[hi..].iter_mut().for_each(|x| *x = 0.0);
-            let sink = sinks.map(|s| s[h]);
-            decode::softmax_scaled(&mut row[lo..hi], p.scale, p.softcap, sink);
-        }
-        gemm_into(
-            &scores,
-            &vt,
-            rows,
-            keys,
-            hd,
-            &mut out[i * rows * hd..(i + 1) * rows * hd],
-            false,
-        );
-    }
+    let mut out = vec![0f32; q.len()];
+    out.par_chunks_mut(group * hd)
+        .enumerate()
+        .for_each_init(Vec::new, |own, (idx, o)| {
+            own.clear();
+            let slots = &slot_of[first[idx]..first[idx + 1]];
+            own.extend(slots.iter().map(|&j| &partials[j * len..(j + 1) * len]));
+            let g = idx % kv_heads;
+            combine(own, hd, sinks.map(|s| &s[g * group..(g + 1) * group]), o);
+        });
     out
 }
 
@@ -298,7 +194,6 @@ mod tests {
             window in prop::option::of(1usize..12),
             softcap in prop::option::of(0.3f32..3.0),
             with_sinks in any::<bool>(),
-            parts in 1usize..5,
             seed in 1u64..u64::MAX,
         ) {
             let heads = kv_heads * group;
@@ -344,7 +239,7 @@ mod tests {
             // Sinks of about the scores' size, so they take a real share of each softmax.
             let sinks: Vec<f32> = rand_vec(heads, &mut s);
             let sinks = with_sinks.then_some(sinks.as_slice());
-            let out = attention_in_parts(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p, sinks, parts);
+            let out = paged_attention(&q, &k_cache, &v_cache, &batch, &seq_of_token(&batch), &p, sinks);
 
             let mut t = 0;
             for (i, (done, new)) in seqs.iter().enumerate() {
@@ -372,6 +267,92 @@ mod tests {
                         }
                     }
                     t += 1;
+                }
+            }
+        }
+    }
+
+    /// A token's attention is the same bits whether its sequence's tokens came in one prefill
+    /// chunk, one at a time (decode), or in two chunks batched with another sequence (a
+    /// continuous batch under load), with a sliding window, soft-cap and sinks or without.
+    #[test]
+    fn a_token_gets_the_same_bits_however_it_is_batched() {
+        let (len, block_size, kv_heads, group, hd) = (23usize, 4usize, 2, 3, 8);
+        let (heads, kv_dim) = (kv_heads * group, kv_heads * hd);
+        let mut s = 7u64;
+        let table: Vec<u32> = (0..len.div_ceil(block_size) as u32).rev().collect();
+        let other_table = vec![table.len() as u32];
+        let num_blocks = table.len() + 1;
+        let k_cache = rand_vec(num_blocks * block_size * kv_dim, &mut s);
+        let v_cache = rand_vec(num_blocks * block_size * kv_dim, &mut s);
+        // One query row per position, whichever batch computes it.
+        let q = rand_vec(len * heads * hd, &mut s);
+        let other_q = rand_vec(3 * heads * hd, &mut s);
+        let sinks = rand_vec(heads, &mut s);
+        for (window, softcap, sinks) in [(None, None, None), (Some(6), Some(1.5), Some(&sinks[..]))]
+        {
+            let p = AttentionParams {
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                head_dim: hd,
+                scale: 0.4,
+                window,
+                softcap,
+            };
+            let tokens = vec![0u32; len];
+            // Positions `from..to` of the sequence, after `other` tokens of a second sequence.
+            let run = |cuts: &[(usize, usize)], other: usize| -> Vec<f32> {
+                let mut out = Vec::new();
+                for &(from, to) in cuts {
+                    let mut chunks = Vec::new();
+                    let other_tokens = vec![0u32; other];
+                    if other > 0 {
+                        chunks.push(SequenceChunk {
+                            tokens: &other_tokens,
+                            num_computed: 0,
+                            block_table: &other_table,
+                            want_logits: true,
+                            all_logits: false,
+                        });
+                    }
+                    chunks.push(SequenceChunk {
+                        tokens: &tokens[from..to],
+                        num_computed: from,
+                        block_table: &table,
+                        want_logits: true,
+                        all_logits: false,
+                    });
+                    let batch = BatchInput::build(&chunks, block_size).unwrap();
+                    let rows = [
+                        &other_q[..other * heads * hd],
+                        &q[from * heads * hd..to * heads * hd],
+                    ]
+                    .concat();
+                    let got = paged_attention(
+                        &rows,
+                        &k_cache,
+                        &v_cache,
+                        &batch,
+                        &seq_of_token(&batch),
+                        &p,
+                        sinks,
+                    );
+                    out.extend_from_slice(&got[other * heads * hd..]);
+                }
+                out
+            };
+            let whole = run(&[(0, len)], 0);
+            let one_by_one: Vec<(usize, usize)> = (0..len).map(|t| (t, t + 1)).collect();
+            for (what, got) in [
+                ("one at a time", run(&one_by_one, 0)),
+                ("in two chunks beside another", run(&[(0, 9), (9, len)], 3)),
+            ] {
+                for (j, (a, b)) in whole.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{what}, window {window:?}: value {j}: {b} vs {a} in one chunk"
+                    );
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! Matmul on quantized weights kept as stored (every GGUF quant type we read), or repacked into
 //! interleaved groups of 8 rows (`interleaved`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K on
-//! x86, which take the integer path at every batch size but Q8_0's without VNNI).
+//! x86, which take the integer path at every batch size, bit for bit batch-invariant, but
+//! Q8_0's above 64 rows without VNNI).
 //!
 //! Single-row decode (a few rows more: `integer_max_m`) takes the integer path
 //! llama.cpp takes: the activation rows are quantized once to 8 bits (`activations`, one scale
@@ -11,8 +12,9 @@
 //! AVX2, VNNI, NEON with or without `sdot`, picked by `Isa`; the scalar one is the tests'
 //! reference). More rows go to
 //! f32 kernels (`blocked` for batched decode, GEMM on decoded tiles for prefill) on the
-//! activations the integer kernels would see (`Prepared`), so results do not depend on the
-//! batch size.
+//! activations the integer kernels would see (`Prepared`), so on row-major matrices (other
+//! CPUs, types without an interleaved form) results depend on the batch size only through f32
+//! rounding.
 
 mod activations;
 mod dequantized;
@@ -89,10 +91,10 @@ pub(crate) struct Prepared<'a> {
 }
 
 enum Form {
-    /// The 8-bit planes the integer kernels read: up to `integer_max_m()` rows, and any number
-    /// for interleaved matrices whose integer kernels beat GEMM on f32 tiles at every size
-    /// (`interleaved::integer_at_every_m`: a row's result then does not depend on the batch at
-    /// all).
+    /// The 8-bit planes the integer kernels read: up to `integer_max_m()` rows, and for
+    /// interleaved matrices any number (`interleaved::integer_max_m`), so that a row's result
+    /// does not depend on its batch at all: the same integer sums meet the same scales in the
+    /// same order at every batch size.
     Planes(Vec<Q8Rows>),
     /// More rows: the values those planes stand for, back in f32, for GEMM. A token's result
     /// then does not depend on how many rows share its matmul (up to f32 rounding), so batched
@@ -131,7 +133,7 @@ impl<'a> Prepared<'a> {
     /// Whether matmuls with `dtype` in this layout read planes (else values).
     fn planes_for(&self, dtype: GgmlType, layout: Layout) -> bool {
         self.m <= integer_max_m()
-            || (layout == Layout::Interleaved && interleaved::integer_at_every_m(dtype, isa()))
+            || (layout == Layout::Interleaved && self.m <= interleaved::integer_max_m(dtype, isa()))
     }
 
     /// Forms by group size (16, 32, 256) and kind (planes, values).

@@ -148,12 +148,15 @@ pub(crate) fn interleavable(dtype: GgmlType, n: usize, k: usize) -> bool {
     n > 0 && n.is_multiple_of(ROWS) && k > 0 && k.is_multiple_of(weights) && kernels_available()
 }
 
-/// Whether the integer kernels on an interleaved `dtype` beat GEMM on decoded f32 tiles at
-/// every batch size on level `isa`. Not Q8_0 without VNNI: AVX2 multiplies signed bytes in
-/// four instructions (`sign`, `maddubs`, a `madd` to i32 per 4 products, an add) for each of
-/// two planes, and SmolLM2 Q8_0's 128-token prefill fell from 550 to 330-380 tok/s (32
-/// requests at once: 16.0 to 21.8 s) where its decode rose from 101-104 to 132-135 tok/s.
-pub(crate) fn integer_at_every_m(dtype: GgmlType, isa: Isa) -> bool {
+/// Up to how many activation rows an interleaved `dtype` takes the integer kernels on level
+/// `isa`: every batch size (a row's result then does not depend on its batch at all), but Q8_0
+/// without VNNI above `blocked::BLOCKED_MAX_M` rows. AVX2 multiplies its signed bytes in four
+/// instructions (`sign`, `maddubs`, a `madd` to i32 per 4 products, an add) for each of two
+/// planes: SmolLM2 Q8_0's 128-token prefill ran at 220-227 tok/s on them against 545-575 on
+/// GEMM over f32 tiles (32 requests, AVX2), where its decode gains. So decode batches and
+/// logits of up to 64 sequences stay bit for bit invariant there, and prefill-sized matmuls
+/// differ from them by f32 rounding.
+pub(crate) fn integer_max_m(dtype: GgmlType, isa: Isa) -> usize {
     #[cfg(target_arch = "x86_64")]
     let vnni = matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni);
     #[cfg(not(target_arch = "x86_64"))]
@@ -161,7 +164,11 @@ pub(crate) fn integer_at_every_m(dtype: GgmlType, isa: Isa) -> bool {
         let _ = isa;
         false
     };
-    dtype != GgmlType::Q8_0 || vnni
+    if dtype != GgmlType::Q8_0 || vnni {
+        usize::MAX
+    } else {
+        crate::blocked::BLOCKED_MAX_M
+    }
 }
 
 /// Values per activation scale for an interleaved matrix of `dtype`: its block's weights, so
@@ -330,10 +337,30 @@ pub(crate) fn matmul(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    with_kind!(dtype, K => matmul_as::<K>(planes, data, m, k, n))
+    matmul_at(Isa::current(), dtype, planes, data, m, k, n)
 }
 
-fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usize) -> Vec<f32> {
+/// `matmul` on the kernels of level `isa` (tests pick each one).
+pub(crate) fn matmul_at(
+    isa: Isa,
+    dtype: GgmlType,
+    planes: &[Q8Rows],
+    data: &[u8],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    with_kind!(dtype, K => matmul_as::<K>(isa, planes, data, m, k, n))
+}
+
+fn matmul_as<K: Kind>(
+    isa: Isa,
+    planes: &[Q8Rows],
+    data: &[u8],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
     let nb = k / K::WEIGHTS;
     assert_eq!(
         data.len(),
@@ -345,8 +372,8 @@ fn matmul_as<K: Kind>(planes: &[Q8Rows], data: &[u8], m: usize, k: usize, n: usi
         rows.iter().all(|x| x.covers(nb, K::WEIGHTS)),
         "interleaved: activations of another width"
     );
-    let one = vector_kernels::<K, 1>(Isa::current());
-    let four = vector_kernels::<K, 4>(Isa::current());
+    let one = vector_kernels::<K, 1>(isa);
+    let four = vector_kernels::<K, 4>(isa);
     // Whole pairs of groups per tile where the level takes two at a time.
     let per_tile = if one.is_some_and(|k| k.two.is_some()) {
         2 * ROWS

@@ -296,8 +296,8 @@ fn other_paths_read_the_same_numbers() {
         let want = matmul_prepared(&prepared, &w, Layout::Rows, dtype, n);
         let got = matmul_prepared(&prepared, &packed, Layout::Interleaved, dtype, n);
         close(&got, &want, &format!("{} prefill", dtype.name()));
-        // GEMM on f32 tiles decoded from the interleaved form (where the integer kernels do not
-        // serve every batch size, `integer_at_every_m`).
+        // GEMM on f32 tiles decoded from the interleaved form (the backend keeps interleaved
+        // matrices on the integer kernels at every batch size; the decoding still has to agree).
         let values = dequantized_activations(Activations::Int16, &x, k, block_weights(dtype));
         let want = matmul_dequantized(&values, &w, Layout::Rows, dtype, m, k, n);
         let got = matmul_dequantized(&values, &packed, Layout::Interleaved, dtype, m, k, n);
@@ -329,5 +329,64 @@ proptest! {
         seed in 0u64..1000,
     ) {
         check_random(TYPES[t], (m, block_weights(TYPES[t]) * kb, ROWS * groups), seed);
+    }
+}
+
+/// A row's result does not depend on its batch at all: alone, or anywhere in a batch (the
+/// four-row kernels, then the one-row ones for the rest), on every level, bit for bit, through
+/// the kernels and through the dispatch that picks them (up to `integer_max_m`). Q8_0 once took
+/// GEMM on f32 tiles from 4 rows on CPUs without VNNI: SmolLM2's logprobs moved by 6-8e-4
+/// between a request alone and in a batch of 16, and seeded sampling drew other tokens (the
+/// Python suite's 16 streams, on AVX2).
+#[test]
+fn a_row_gets_the_same_bits_alone_as_in_any_batch() {
+    // Five groups of 8 rows: pairs of groups and an odd last one.
+    let n = 5 * ROWS;
+    for dtype in TYPES {
+        let group = block_weights(dtype);
+        let k = 2 * group.max(128);
+        let mut rng = Rng(11);
+        let w = random_packed(dtype, n, k, &mut rng);
+        let packed = interleave(dtype, &w, n, k);
+        for m in [2, 7, 64, 70] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng.uniform() * 3.0).collect();
+            for activations in [Activations::Int8, Activations::Int16] {
+                let what = format!("{} {activations:?} m={m}", dtype.name());
+                let planes = planes_of(activations, &x, k, group);
+                for isa in Isa::available() {
+                    let batch = matmul_at(isa, dtype, &planes, &packed, m, k, n);
+                    for (r, row) in x.chunks_exact(k).enumerate() {
+                        let alone = planes_of(activations, row, k, group);
+                        let alone = matmul_at(isa, dtype, &alone, &packed, 1, k, n);
+                        let at = format!("{isa} {what} row {r}");
+                        same_bits(&batch[r * n..(r + 1) * n], &alone, &at);
+                    }
+                }
+                // The dispatch on the level in use, as the backend calls it, up to the rows it
+                // keeps on the integer kernels.
+                if m > integer_max_m(dtype, Isa::current()) {
+                    continue;
+                }
+                let layouts = [(dtype, Layout::Interleaved)];
+                let prepared = Prepared::new(activations, &x, m, k, &layouts);
+                let batch = matmul_prepared(&prepared, &packed, Layout::Interleaved, dtype, n);
+                for (r, row) in x.chunks_exact(k).enumerate() {
+                    let one = Prepared::new(activations, row, 1, k, &layouts);
+                    let alone = matmul_prepared(&one, &packed, Layout::Interleaved, dtype, n);
+                    let at = format!("dispatch {what} row {r}");
+                    same_bits(&batch[r * n..(r + 1) * n], &alone, &at);
+                }
+            }
+        }
+    }
+}
+
+fn same_bits(got: &[f32], want: &[f32], what: &str) {
+    for (j, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(
+            g.to_bits(),
+            w.to_bits(),
+            "{what} #{j}: {g} in the batch, {w} alone"
+        );
     }
 }
