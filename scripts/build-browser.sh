@@ -13,9 +13,22 @@ if ! command -v wasm-bindgen >/dev/null || [ "$(wasm-bindgen --version | cut -d'
 fi
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 cargo build -p infer-browser --target wasm32-unknown-unknown --profile browser
-rm -rf "$OUT"
-mkdir -p "$OUT/pkg"
-wasm-bindgen --target web --no-typescript --out-dir "$OUT/pkg" \
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/pkg"
+wasm-bindgen --target web --no-typescript --out-dir "$STAGE/pkg" \
   target/wasm32-unknown-unknown/browser/infer_browser.wasm
-cp web/browser/js/*.js web/browser/static/* "$OUT/"
+cp web/browser/js/*.js web/browser/static/* "$STAGE/"
+# Only what changed is written: the server embeds this folder, and a file written again, even
+# unchanged, makes cargo rebuild it (minutes of CI, which builds the folder before its tests).
+mkdir -p "$OUT"
+(cd "$STAGE" && find . -type f) | while read -r f; do
+  if ! cmp -s "$STAGE/$f" "$OUT/$f"; then
+    mkdir -p "$(dirname "$OUT/$f")"
+    cp "$STAGE/$f" "$OUT/$f"
+  fi
+done
+(cd "$OUT" && find . -type f) | while read -r f; do
+  [ -e "$STAGE/$f" ] || rm -f "$OUT/$f"
+done
 echo "$OUT: wasm $(stat -c %s "$OUT/pkg/infer_browser_bg.wasm") bytes" >&2

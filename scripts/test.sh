@@ -18,8 +18,10 @@ cargo fmt --all --check
 python3 scripts/import_circles.py
 # The README and the manual's links, and the manual built as a site (mdBook).
 scripts/docs.sh
-# Before the first build: the server embeds the chat page's markdown libraries from npm.
+# Before the first build: the server embeds the chat page's markdown libraries from npm, and
+# the browser engine's build (so the test build embeds it and the later suites rebuild nothing).
 scripts/chat-page-deps.sh
+scripts/build-browser.sh target/browser-dist
 # `mpi`: tensor parallelism over MPI (Open MPI from .ci/run), tested under mpirun.
 cargo clippy --workspace --all-targets --release --features infer-cli/mpi -- -D warnings
 cargo test --workspace --release --features infer-cli/mpi

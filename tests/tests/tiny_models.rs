@@ -17,6 +17,13 @@ const LOGIT_TOLERANCE: f32 = 1e-3;
 /// gave 4e-4 and one 8-bit plane 0.097. Its smallest greedy margin is 0.08.
 const K_QUANT_LOGIT_TOLERANCE: f32 = 2e-3;
 
+/// Matrices repacked into interleaved groups (the default backend on x86) meet the same two
+/// planes in steps of 32 values, whatever their type: 0.98e-3 (Q8_0) and 0.99e-3 (Q4_0) from
+/// float64, then 1.35e-3 for Q8_0 once attention summed in other orders (which codes the
+/// planes round to moves with anything upstream). The f32 kernels on the stored rows stay
+/// within 5e-6.
+const INTERLEAVED_LOGIT_TOLERANCE: f32 = 2e-3;
+
 #[derive(Deserialize)]
 struct Fixture {
     cases: Vec<Case>,
@@ -48,10 +55,12 @@ fn path(case: &Case) -> String {
 
 #[test]
 fn logits_and_greedy_tokens_match_float64_reference() {
-    for (case, backend) in cases()
-        .into_iter()
-        .flat_map(|c| cpu_backends().map(|b| (c.clone(), b)))
-    {
+    for (case, (nth, backend)) in cases().into_iter().flat_map(|c| {
+        let backends = cpu_backends().into_iter().enumerate();
+        backends.map(move |b| (c.clone(), b))
+    }) {
+        // `cpu_backends()[0]` repacks into interleaved groups.
+        let interleaved = nth == 0;
         let m = load_cpu_with(&path(&case), backend);
         let c = &m.config;
         let expected_style = if case.name.starts_with("qwen2") {
@@ -65,6 +74,8 @@ fn logits_and_greedy_tokens_match_float64_reference() {
         let diff = max_abs_diff(&m.last_logits(&case.prompt_ids), &case.last_logits);
         let tolerance = if case.name.contains("_q4_k") {
             K_QUANT_LOGIT_TOLERANCE
+        } else if interleaved {
+            INTERLEAVED_LOGIT_TOLERANCE
         } else {
             LOGIT_TOLERANCE
         };
