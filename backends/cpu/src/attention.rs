@@ -6,7 +6,7 @@ use std::ops::Range;
 use infer_core::{AttentionParams, BatchInput};
 use rayon::prelude::*;
 
-use parts::{attend, combine, part_len, Gathered, Row, Scores, Source};
+use parts::{attend, combine, part_len, Gathered, Row, Scores, Scratch, Source};
 
 mod parts;
 
@@ -74,30 +74,30 @@ pub fn paged_attention(
         first.push(first[idx] + parts_of(seen(idx / kv_heads)).len());
     }
     let mut slot_of = vec![0usize; first[tasks]];
-    // Jobs, in slot order: a tile of one sequence's query tokens, a KV head, a part and the
-    // tile's tokens that see some of it (consecutive: later tokens see later keys).
+    // Jobs `(sequence, KV head, part, tokens)`, in slot order: for each tile of a sequence's
+    // query tokens and part of the keys, the tile's tokens that see some of the part
+    // (consecutive: later tokens see later keys), once per KV head.
     let mut jobs: Vec<(usize, usize, usize, Range<usize>)> = Vec::new();
     let mut slots = 0;
     for s in 0..batch.num_seqs() {
         let run = batch.query_start[s] as usize..batch.query_start[s + 1] as usize;
         for t0 in run.clone().step_by(QUERY_TILE) {
             let tile = t0..(t0 + QUERY_TILE).min(run.end);
-            let parts = parts_of(seen(tile.start).start..seen(tile.end - 1).end);
-            for g in 0..kv_heads {
-                for part in parts.clone() {
-                    let sees = |t: &usize| parts_of(seen(*t)).contains(&part);
-                    let from = tile.clone().find(sees).unwrap_or(tile.end);
-                    let to = (from..tile.end).find(|t| !sees(t)).unwrap_or(tile.end);
-                    let rows = from..to;
-                    if rows.is_empty() {
-                        continue;
-                    }
+            for part in parts_of(seen(tile.start).start..seen(tile.end - 1).end) {
+                let sees = |t: &usize| parts_of(seen(*t)).contains(&part);
+                let from = tile.clone().find(sees).unwrap_or(tile.end);
+                let to = (from..tile.end).find(|t| !sees(t)).unwrap_or(tile.end);
+                let rows = from..to;
+                if rows.is_empty() {
+                    continue;
+                }
+                for g in 0..kv_heads {
                     for t in rows.clone() {
                         let idx = t * kv_heads + g;
                         slot_of[first[idx] + part - parts_of(seen(t)).start] = slots;
                         slots += 1;
                     }
-                    jobs.push((s, g, part, rows));
+                    jobs.push((s, g, part, rows.clone()));
                 }
             }
         }
@@ -117,7 +117,7 @@ pub fn paged_attention(
         softcap: p.softcap,
     };
     jobs.par_iter().zip(outs).for_each_init(
-        || (Gathered::default(), Vec::new()),
+        || (Gathered::default(), Scratch::default()),
         |(gathered, scratch), ((s, g, part, rows), out)| {
             let src = Source {
                 k_cache,

@@ -103,26 +103,32 @@ pub(super) struct Scores {
     pub softcap: Option<f32>,
 }
 
-/// Each row's attention over its keys of the gathered part, not yet normalized. `scratch`
-/// holds scores.
-pub(super) fn attend(
-    g: &Gathered,
-    hd: usize,
-    sc: Scores,
-    rows: &mut [Row],
-    scratch: &mut Vec<f32>,
-) {
+/// A thread's buffers for `attend`, reused across parts.
+#[derive(Default)]
+pub(super) struct Scratch {
+    /// `[ROW_BLOCK, n_pad]`: a block's scores, then its weights.
+    scores: Vec<f32>,
+    /// The keys all rows of a block see: their weights side by side, `[keys, ROW_BLOCK]`.
+    side_by_side: Vec<[f32; ROW_BLOCK]>,
+}
+
+/// Each row's attention over its keys of the gathered part, not yet normalized.
+pub(super) fn attend(g: &Gathered, hd: usize, sc: Scores, rows: &mut [Row], scratch: &mut Scratch) {
     on_level!(
-        (g: &Gathered, hd: usize, sc: Scores, rows: &mut [Row], scratch: &mut Vec<f32>) -> (),
+        (g: &Gathered, hd: usize, sc: Scores, rows: &mut [Row], scratch: &mut Scratch) -> (),
         attend_portable(g, hd, sc, rows, scratch)
     )
 }
 
 #[inline(always)]
-fn attend_portable(g: &Gathered, hd: usize, sc: Scores, rows: &mut [Row], scratch: &mut Vec<f32>) {
+fn attend_portable(g: &Gathered, hd: usize, sc: Scores, rows: &mut [Row], scratch: &mut Scratch) {
     let n_pad = g.n_pad();
-    scratch.clear();
-    scratch.resize(ROW_BLOCK * n_pad, 0.0);
+    // Stale values may stay: every score a row reads is written first.
+    scratch.scores.resize(ROW_BLOCK * n_pad, 0.0);
+    let Scratch {
+        scores: weights,
+        side_by_side,
+    } = scratch;
     for block in rows.chunks_mut(ROW_BLOCK) {
         let group = block[0].q.len() / hd;
         // The keys any row of the block sees, in whole vectors.
@@ -130,21 +136,21 @@ fn attend_portable(g: &Gathered, hd: usize, sc: Scores, rows: &mut [Row], scratc
         let end = end.div_ceil(LANES) * LANES;
         for i in 0..group {
             match block.len() {
-                ROW_BLOCK => scores::<ROW_BLOCK>(g, hd, i, block, end, scratch),
+                ROW_BLOCK => scores::<ROW_BLOCK>(g, hd, i, block, end, weights),
                 _ => {
                     for (r, row) in block.iter().enumerate() {
                         let one = std::slice::from_ref(row);
-                        scores::<1>(g, hd, i, one, end, &mut scratch[r * n_pad..]);
+                        scores::<1>(g, hd, i, one, end, &mut weights[r * n_pad..]);
                     }
                 }
             }
             for (r, row) in block.iter_mut().enumerate() {
-                let w = &mut scratch[r * n_pad..][row.keys.clone()];
+                let w = &mut weights[r * n_pad..][row.keys.clone()];
                 let (max, sum) = exp_scaled(w, sc.scale, sc.softcap);
                 row.out[i] = max;
                 row.out[group + i] = sum;
             }
-            weighted_values(g, hd, i, block, scratch);
+            weighted_values(g, hd, i, block, weights, side_by_side);
         }
     }
 }
@@ -181,23 +187,28 @@ fn scores<const R: usize>(
 /// `out_r = Σ_j w_rj · v_j` for query head `i` of each row over its own keys, the weights
 /// `w_r` in `weights[r · n_pad..]`, summed over the keys in order in each lane. The keys all
 /// rows of a block of `ROW_BLOCK` see are summed for them together (each value vector loaded
-/// once); a row's keys before and after those, on its own, in the same order.
+/// once, their weights from `side_by_side`); a row's keys before and after those, on its own,
+/// in the same order.
 #[inline(always)]
-fn weighted_values(g: &Gathered, hd: usize, i: usize, rows: &mut [Row], weights: &[f32]) {
+fn weighted_values(
+    g: &Gathered,
+    hd: usize,
+    i: usize,
+    rows: &mut [Row],
+    weights: &[f32],
+    side_by_side: &mut Vec<[f32; ROW_BLOCK]>,
+) {
     let n_pad = g.n_pad();
     let group = rows[0].q.len() / hd;
     let common = rows.iter().map(|r| r.keys.start).max().unwrap_or(0)
         ..rows.iter().map(|r| r.keys.end).min().unwrap_or(0);
     let ws = |r: usize| &weights[r * n_pad..][..n_pad];
     let together = rows.len() == ROW_BLOCK && !common.is_empty();
-    // The common keys' weights side by side, `[keys, ROW_BLOCK]`: one stream for the loop.
-    let mut side_by_side = [[0f32; ROW_BLOCK]; super::PART_KEYS];
+    // The common keys' weights side by side: one stream for the loop.
+    side_by_side.clear();
     if together {
-        for (j, w) in common.clone().zip(&mut side_by_side) {
-            *w = std::array::from_fn(|r| ws(r)[j]);
-        }
+        side_by_side.extend(common.clone().map(|j| std::array::from_fn(|r| ws(r)[j])));
     }
-    let side_by_side = &side_by_side[..common.len()];
     for d0 in (0..hd).step_by(LANES) {
         let mut acc = [[0f32; LANES]; ROW_BLOCK];
         if together {
@@ -206,7 +217,7 @@ fn weighted_values(g: &Gathered, hd: usize, i: usize, rows: &mut [Row], weights:
             }
             let values = g.v_block(d0, common.clone()).chunks_exact(LANES);
             let mut block = acc;
-            for (v, w) in values.zip(side_by_side) {
+            for (v, w) in values.zip(side_by_side.iter()) {
                 for (acc, &w) in block.iter_mut().zip(w) {
                     *acc = fma(w, v, *acc);
                 }
