@@ -106,6 +106,16 @@ CASES = [
     ("olmo2", transformers.Olmo2Config, "Olmo2ForCausalLM", common(
         rope_parameters=dict(rope_type="default", rope_theta=500000.0),
     ), {}),
+    # OLMo 3: three sliding layers to one full (transformers' default pattern), YaRN on the full
+    # layers only; llama.cpp's converter writes it as arch `olmo2` with window keys.
+    ("olmo3", transformers.Olmo3Config, "Olmo3ForCausalLM", common(
+        num_hidden_layers=4, sliding_window=8,
+        rope_parameters={
+            "full_attention": dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                   original_max_position_embeddings=ORIGINAL_CTX),
+            "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+        },
+    ), {}),
     # Mixtures of experts: 8 experts, 2 per token, so a 40-token prefill reaches every expert
     # and each decode step leaves most of them without a token.
     ("qwen3_moe", transformers.Qwen3MoeConfig, "Qwen3MoeForCausalLM", common(
@@ -277,6 +287,8 @@ def reference(model, prompt):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-cpp", type=pathlib.Path, required=True, help="llama.cpp source tree")
+    ap.add_argument("--only", nargs="*", help="rewrite only these cases (the others are still built, so the "
+                    "random stream and every committed fixture stay as they are)")
     args = ap.parse_args()
     converter = patch_converter(args.llama_cpp.resolve())
     out = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "families"
@@ -294,6 +306,8 @@ def main():
         randomize(model, name, gen)
         if name in MXFP4_EXPERTS:
             mxfp4_exact(model)
+        if args.only and name not in args.only:
+            continue
         d = out / name
         if d.exists():
             shutil.rmtree(d)
@@ -308,6 +322,13 @@ def main():
         cases.append(dict(name=name, hf_dir=name, gguf=f"{name}.gguf", prompt_ids=prompt, greedy_ids=greedy,
                           greedy_margins=margins, logprobs=[[round(x, 7) for x in r] for r in rows]))
         print(f"{name}: greedy {greedy}, min margin {min(margins):.4f}", flush=True)
+    if args.only:
+        kept = json.loads((out / "reference.json").read_text())["cases"]
+        fresh = {c["name"]: c for c in cases}
+        order = [name for name, *_ in CASES]
+        merged = {c["name"]: c for c in kept}
+        merged.update(fresh)
+        cases = [merged[n] for n in order if n in merged]
     (out / "reference.json").write_text(json.dumps(dict(
         format_version=FORMAT_VERSION, generator="scripts/family_models.py",
         transformers=transformers.__version__, torch=torch.__version__, cases=cases)) + "\n")

@@ -16,6 +16,9 @@ export LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo fmt --all --check
 # No import circles between files (issue 38).
 python3 scripts/import_circles.py
+# Every GGUF key llama.cpp knows has a row in infer's key table (issue 58; fetches the
+# llama.cpp sources of the sdist the fixtures were converted with, 76 MB, once).
+python3 scripts/check_gguf_keys.py
 # The README and the manual's links, and the manual built as a site (mdBook).
 scripts/docs.sh
 # Before the first build: the server embeds the chat page's markdown libraries from npm, and

@@ -30,8 +30,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Where default sampling parameters come from (vLLM's): `auto` (the model's
-    /// generation_config.json, when it has one), `vllm` (none: OpenAI's defaults), or a
-    /// folder holding a generation_config.json. Its temperature, top_p, top_k, min_p and
+    /// generation_config.json, else its config.json's sampling fields; a GGUF's
+    /// `general.sampling.*`), `vllm` (none: OpenAI's defaults), or a folder holding a
+    /// generation_config.json. Its temperature, top_p, top_k, min_p and
     /// repetition_penalty fill what requests leave out; max_new_tokens caps every request.
     #[arg(long, default_value = "auto")]
     pub generation_config: String,
@@ -241,51 +242,89 @@ async fn shutdown_signal() {
     }
 }
 
-/// `--generation-config` and `--override-generation-config` (and the default template
-/// variables) as the server's request defaults.
-fn request_defaults(args: &ServeArgs) -> Result<RequestDefaults> {
-    let model = &args.model.model;
-    let file = match args.generation_config.as_str() {
-        "vllm" => None,
+fn json_object(flag: &str, text: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(m)) => Ok(m),
+        Ok(_) => bail!("{flag}: expected a JSON object"),
+        Err(e) => bail!("{flag}: not JSON: {e}"),
+    }
+}
+
+/// Where the server's sampling defaults come from.
+enum GenerationSource {
+    None,
+    /// A generation_config.json, or a config.json holding sampling fields (vLLM's
+    /// `GenerationConfig.from_model_config` when there is no generation_config.json).
+    Json(std::path::PathBuf),
+    /// A GGUF's `general.sampling.*`.
+    Gguf(std::path::PathBuf),
+}
+
+/// `--generation-config`: `vllm` (none), `auto` (the model's own), or a folder.
+fn generation_source(model: &str, flag: &str) -> Result<GenerationSource> {
+    match flag {
+        "vllm" => Ok(GenerationSource::None),
         "auto" => {
-            let dir = std::path::Path::new(model);
-            let dir = if dir.is_dir() {
-                Some(dir.to_path_buf())
-            } else if dir.exists() {
-                None // a GGUF file: no generation config beside it is read
+            let path = std::path::Path::new(model);
+            // A config.json (`--load-format dummy`) holds the model's own sampling fields.
+            if path.is_file() && path.extension().is_some_and(|e| e == "json") {
+                return Ok(GenerationSource::Json(path.to_path_buf()));
+            }
+            let location = if path.is_dir() {
+                infer_core::hub::ModelLocation::HfDir(path.to_path_buf())
+            } else if path.is_file() {
+                infer_core::hub::ModelLocation::Gguf(path.to_path_buf())
             } else {
                 match infer_core::hub::resolve(model) {
-                    Ok(infer_core::hub::ModelLocation::HfDir(d)) => Some(d),
-                    _ => None,
+                    Ok(location) => location,
+                    Err(_) => return Ok(GenerationSource::None),
                 }
             };
-            dir.map(|d| d.join("generation_config.json"))
-                .filter(|f| f.is_file())
+            Ok(match location {
+                infer_core::hub::ModelLocation::Gguf(f) => GenerationSource::Gguf(f),
+                infer_core::hub::ModelLocation::HfDir(d) => {
+                    match ["generation_config.json", "config.json"]
+                        .iter()
+                        .map(|n| d.join(n))
+                        .find(|f| f.is_file())
+                    {
+                        Some(f) => GenerationSource::Json(f),
+                        None => GenerationSource::None,
+                    }
+                }
+            })
         }
         folder => {
             let f = std::path::Path::new(folder).join("generation_config.json");
             if !f.is_file() {
                 bail!("--generation-config {folder}: no generation_config.json there");
             }
-            Some(f)
+            Ok(GenerationSource::Json(f))
         }
-    };
-    let json_object =
-        |flag: &str, text: &str| -> Result<serde_json::Map<String, serde_json::Value>> {
-            match serde_json::from_str(text) {
-                Ok(serde_json::Value::Object(m)) => Ok(m),
-                Ok(_) => bail!("{flag}: expected a JSON object"),
-                Err(e) => bail!("{flag}: not JSON: {e}"),
-            }
-        };
+    }
+}
+
+/// `--generation-config` and `--override-generation-config` (and the default template
+/// variables) as the server's request defaults.
+fn request_defaults(args: &ServeArgs) -> Result<RequestDefaults> {
+    let model = &args.model.model;
     let mut defaults = RequestDefaults::default();
-    if let Some(f) = &file {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let config = json_object(&f.display().to_string(), &text)?;
-        defaults = defaults
-            .with_generation_config(&config)
-            .map_err(|e| anyhow!("{}: {e}", f.display()))?;
+    match generation_source(model, &args.generation_config)? {
+        GenerationSource::None => {}
+        GenerationSource::Json(f) => {
+            let text =
+                std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+            let config = json_object(&f.display().to_string(), &text)?;
+            defaults = defaults
+                .with_generation_config(&config)
+                .map_err(|e| anyhow!("{}: {e}", f.display()))?;
+        }
+        GenerationSource::Gguf(f) => {
+            let config = infer_core::gguf::GgufFile::open(&f)?.sampling_defaults()?;
+            defaults = defaults
+                .with_generation_config(&config)
+                .map_err(|e| anyhow!("{}: {e}", f.display()))?;
+        }
     }
     if let Some(text) = &args.override_generation_config {
         let config = json_object("--override-generation-config", text)?;

@@ -338,7 +338,7 @@ fn corrupt_safetensors_directory() {
     expect_error(
         dir.path().to_str().unwrap(),
         &[],
-        "`attn_logit_softcapping` = 30.0 changes the model's math",
+        "`attn_logit_softcapping` = 30.0 is not read by infer's llama loader",
     );
 }
 

@@ -224,3 +224,35 @@ fn a_reasoning_parser_splits_the_thinking_from_the_answer() {
         ("I think so.", " Yes")
     );
 }
+
+/// A GGUF's `general.sampling.*` (llama.cpp's converter copies them from generation_config.json)
+/// are the server's defaults under `--generation-config auto`, as generation_config.json is for
+/// a directory; one infer's sampler cannot follow stops the server at start, named.
+#[test]
+fn a_ggufs_sampling_recommendations_are_the_servers_defaults() {
+    use infer_tests::gguf_writer::{tiny_llama, Meta};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let mut file = tiny_llama(3);
+    file.meta("general.sampling.temp", Meta::F32(0.25))
+        .meta("general.sampling.top_k", Meta::U32(7));
+    std::fs::write(&path, file.to_bytes()).unwrap();
+    let (mut child, _url, log) =
+        spawn_serve_logged(env!("CARGO_BIN_EXE_infer"), &[path.to_str().unwrap()]);
+    let _ = child.kill();
+    let log = log.lock().unwrap().clone();
+    assert!(log.contains("temperature=0.25, top_k=7"), "{log}");
+
+    file.meta("general.sampling.mirostat", Meta::U32(2));
+    std::fs::write(&path, file.to_bytes()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_infer"))
+        .args(["serve", path.to_str().unwrap(), "--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("general.sampling.mirostat"),
+        "{err}"
+    );
+    assert!(err.contains("--generation-config vllm"), "{err}");
+}

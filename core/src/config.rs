@@ -102,6 +102,7 @@ pub enum Family {
     Phi3,
     Granite,
     Olmo2,
+    Olmo3,
     Qwen3Moe,
     Mixtral,
     GptOss,

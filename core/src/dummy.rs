@@ -206,7 +206,8 @@ pub fn open_dummy_config(spec: &str) -> Result<(ModelConfig, Option<Tokenizer>)>
     match resolve(spec)? {
         ModelLocation::Gguf(p) => {
             let gguf = GgufFile::open(&p)?;
-            Ok((gguf.model_config()?, Some(Tokenizer::from_gguf(&gguf)?)))
+            let (config, tokenizer) = gguf.read_model()?;
+            Ok((config, Some(tokenizer)))
         }
         ModelLocation::HfDir(dir) => {
             let config = parse_hf_config(&dir.join("config.json"))?;

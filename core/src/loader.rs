@@ -25,8 +25,7 @@ pub fn open_model(spec: &str) -> Result<ModelFiles> {
     match &location {
         ModelLocation::Gguf(path) => {
             let gguf = GgufFile::open(path)?;
-            let config = gguf.model_config()?;
-            let tokenizer = Tokenizer::from_gguf(&gguf)?;
+            let (config, tokenizer) = gguf.read_model()?;
             Ok(ModelFiles {
                 weights: Box::new(ModelWeights::new(gguf, &config)),
                 config,

@@ -100,6 +100,26 @@ fn bos_is_added_when_the_gguf_asks_for_it() {
     assert_eq!(files.tokenizer.encode("hello", false).unwrap(), ids[1..]);
 }
 
+/// llama.cpp appends EOS to a tokenized prompt when the file says `add_eos_token` (some
+/// embedding models are trained so); infer does too, after any BOS.
+#[test]
+fn eos_is_appended_when_the_gguf_asks_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = tiny_llama(1);
+    w.meta("tokenizer.ggml.add_bos_token", Meta::Bool(true))
+        .meta("tokenizer.ggml.add_eos_token", Meta::Bool(true));
+    let p = dir.path().join("eos.gguf");
+    std::fs::write(&p, w.to_bytes()).unwrap();
+    let files = infer_core::open_model(p.to_str().unwrap()).unwrap();
+    let eos = files.tokenizer.eos_token_ids()[0];
+    let ids = files.tokenizer.encode("hello", true).unwrap();
+    assert_eq!((ids[0], ids[ids.len() - 1]), (0, eos), "{ids:?}");
+    assert_eq!(
+        files.tokenizer.encode("hello", false).unwrap(),
+        ids[1..ids.len() - 1]
+    );
+}
+
 #[derive(serde::Deserialize)]
 struct SpmCase {
     text: String,

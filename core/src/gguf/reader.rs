@@ -3,8 +3,9 @@
 //! Every read is checked against the file size, so a truncated or corrupt file is an error,
 //! never a panic or a huge allocation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::dtype::GgmlType;
 use crate::error::{InferError, Result};
@@ -121,6 +122,16 @@ pub struct GgufFile {
     /// Bytes of the whole file.
     pub file_len: u64,
     data: TensorData,
+    /// What reading the model made of the metadata (`get` records every key it is asked for),
+    /// so a key nothing read is refused by name (`model::gguf_keys`).
+    reading: Mutex<Reading>,
+}
+
+/// The keys the loaders asked for, and the assumptions they made where the file is silent.
+#[derive(Debug, Default)]
+struct Reading {
+    keys: BTreeSet<String>,
+    assumed: Vec<String>,
 }
 
 impl GgufFile {
@@ -326,6 +337,7 @@ impl GgufFile {
             tensors,
             file_len,
             data: TensorData::Streamed(BTreeMap::new()),
+            reading: Mutex::default(),
         })
     }
 
@@ -362,8 +374,33 @@ impl GgufFile {
         }
     }
 
+    /// A metadata value, recorded as read: a key that no loader asks for is refused by name
+    /// unless it cannot change the result (`model::gguf_keys`).
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
+        self.reading().keys.insert(key.to_string());
         self.metadata.get(key)
+    }
+
+    /// The keys asked for so far (present in the file or not).
+    pub fn keys_read(&self) -> BTreeSet<String> {
+        self.reading().keys.clone()
+    }
+
+    /// Notes an assumption made where the file is silent (a layer pattern llama.cpp's converter
+    /// drops, say): logged once, here, and kept for `assumptions`.
+    pub fn assume(&self, note: String) {
+        tracing::warn!("{}: {note}", self.path.display());
+        self.reading().assumed.push(note);
+    }
+
+    /// The assumptions the loaders made, in order.
+    pub fn assumptions(&self) -> Vec<String> {
+        self.reading().assumed.clone()
+    }
+
+    fn reading(&self) -> MutexGuard<'_, Reading> {
+        // Only sets of strings are held under the lock: a panic elsewhere leaves them whole.
+        self.reading.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -4,6 +4,8 @@
 //! `partial_rotary_factor` at the top) and ≥ 5 (`rope_parameters`, nested per layer type for
 //! models whose sliding layers rotate differently).
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -20,36 +22,13 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     })
 }
 
-/// Keys that change the math, with the value that leaves it as Llama's. A config that sets one
-/// to anything else is refused by name unless its family reads it (`FamilySpec::hf_keys`).
-const MATH_KEYS: &[(&str, &str)] = &[
-    ("attention_bias", "false"),
-    ("mlp_bias", "false"),
-    ("hidden_act", "\"silu\""),
-    ("hidden_activation", "\"silu\""),
-    ("sliding_window", "null"),
-    ("use_sliding_window", "false"),
-    ("attn_logit_softcapping", "null"),
-    ("final_logit_softcapping", "null"),
-    ("query_pre_attn_scalar", "null"),
-    ("embedding_multiplier", "1.0"),
-    ("residual_multiplier", "1.0"),
-    ("attention_multiplier", "null"),
-    ("logits_scaling", "1.0"),
-    ("use_qk_norm", "false"),
-    ("qk_layernorm", "false"),
-    ("use_parallel_residual", "false"),
-    ("rope_local_base_freq", "null"),
-    ("clip_qkv", "null"),
-    ("use_bidirectional_attention", "null"),
-    ("num_experts", "null"),
-    ("num_local_experts", "null"),
-];
-
-/// A parsed config.json.
+/// A parsed config.json. Every key a loader asks for is recorded (`keys_read`), nested RoPE
+/// parameters as `rope_parameters.factor` or `rope_parameters.full_attention.factor`, so a
+/// key nothing read is refused by name (`model::hf_keys`).
 pub struct HfConfig {
     pub path: PathBuf,
     pub raw: Map<String, Value>,
+    read: RefCell<BTreeSet<String>>,
 }
 
 impl HfConfig {
@@ -58,6 +37,7 @@ impl HfConfig {
             Value::Object(raw) => Ok(HfConfig {
                 path: path.to_path_buf(),
                 raw,
+                read: RefCell::default(),
             }),
             _ => Err(InferError::Json {
                 path: path.to_path_buf(),
@@ -70,9 +50,20 @@ impl HfConfig {
         InferError::Config(format!("{}: {reason}", self.path.display()))
     }
 
-    /// A key that is absent or null reads as `None`.
+    /// A key that is absent or null reads as `None`; either way it is recorded as read.
     pub fn get(&self, key: &str) -> Option<&Value> {
+        self.record(key);
         self.raw.get(key).filter(|v| !v.is_null())
+    }
+
+    /// Records `key` (a dotted path for nested keys) as read.
+    pub(crate) fn record(&self, key: &str) {
+        self.read.borrow_mut().insert(key.to_string());
+    }
+
+    /// The keys read so far.
+    pub fn keys_read(&self) -> BTreeSet<String> {
+        self.read.borrow().clone()
     }
 
     pub fn f64(&self, key: &str) -> Result<Option<f64>> {
@@ -145,59 +136,93 @@ impl HfConfig {
     }
 
     /// The rotary embedding of layers of `layer_type` (`full_attention` or
-    /// `sliding_attention`), from either spelling.
+    /// `sliding_attention`), from either spelling. A parameter given both at the top and in
+    /// the RoPE parameters must agree.
     pub fn rope(&self, layer_type: &str, head_dim: usize, max_pos: usize) -> Result<Rope> {
         let empty = Map::new();
-        let top = match self
-            .get("rope_parameters")
-            .or_else(|| self.get("rope_scaling"))
-        {
+        let (src, top) = match (self.get("rope_parameters"), self.get("rope_scaling")) {
+            (Some(_), Some(_)) => {
+                return Err(self.bad(
+                    "both `rope_parameters` and `rope_scaling`: two descriptions of one RoPE",
+                ))
+            }
+            (Some(v), None) => ("rope_parameters", Some(v)),
+            (None, Some(v)) => ("rope_scaling", Some(v)),
+            (None, None) => ("", None),
+        };
+        let top = match top {
             None => &empty,
             Some(Value::Object(m)) => m,
-            Some(v) => return Err(self.bad(format!("rope parameters {v} are not an object"))),
+            Some(v) => return Err(self.bad(format!("`{src}` is {v}, not an object"))),
         };
         let nested = top.contains_key("full_attention") || top.contains_key("sliding_attention");
-        let params = match (nested, layer_type) {
+        let (params, path) = match (nested, layer_type) {
             (true, _) => match top.get(layer_type) {
-                Some(Value::Object(m)) => m,
-                _ => &empty,
+                Some(Value::Object(m)) => (m, format!("{src}.{layer_type}")),
+                None | Some(Value::Null) => (&empty, String::new()),
+                Some(v) => {
+                    return Err(self.bad(format!("`{src}.{layer_type}` is {v}, not an object")))
+                }
             },
             // The old spelling's scaling is the full layers'; sliding ones rotate unscaled
             // at `rope_local_base_freq` (Gemma 3), as transformers reads it.
-            (false, "sliding_attention") => &empty,
-            (false, _) => top,
+            (false, "sliding_attention") => (&empty, String::new()),
+            (false, _) => (top, src.to_string()),
         };
-        let num = |k: &str| params.get(k).and_then(Value::as_f64);
+        let get = |k: &str| {
+            self.record(&format!("{path}.{k}"));
+            params.get(k).filter(|v| !v.is_null())
+        };
+        let num = |k: &str| -> Result<Option<f64>> {
+            get(k)
+                .map(|v| {
+                    v.as_f64()
+                        .ok_or_else(|| self.bad(format!("`{path}.{k}` is {v}, expected a number")))
+                })
+                .transpose()
+        };
+        // A value in the parameters, else at the top; both present must agree.
+        let either = |k: &str| -> Result<Option<f64>> {
+            match (num(k)?, self.f64(k)?) {
+                (Some(a), Some(b)) if a != b => {
+                    Err(self.bad(format!("`{path}.{k}` = {a} but `{k}` = {b}: which one?")))
+                }
+                (a, b) => Ok(a.or(b)),
+            }
+        };
         let local_theta = if layer_type == "sliding_attention" {
             self.f64("rope_local_base_freq")?
         } else {
             None
         };
-        let theta = match num("rope_theta") {
+        let theta = match num("rope_theta")? {
             Some(t) => t,
-            None => local_theta.or(self.f64("rope_theta")?).unwrap_or(10000.0),
+            None => match local_theta {
+                Some(t) => t,
+                None => self.f64("rope_theta")?.unwrap_or(10000.0),
+            },
         };
-        let partial = match num("partial_rotary_factor") {
-            Some(p) => p,
-            None => self.f64("partial_rotary_factor")?.unwrap_or(1.0),
-        };
+        if layer_type != "sliding_attention" {
+            either("rope_theta")?;
+        }
+        let partial = either("partial_rotary_factor")?.unwrap_or(1.0);
         if !(partial > 0.0 && partial <= 1.0) {
             return Err(self.bad(format!("partial_rotary_factor {partial} must be in (0, 1]")));
         }
         // In (0, head_dim]: `partial` is in (0, 1].
         #[expect(clippy::cast_possible_truncation, reason = "at most head_dim")]
         let rotary_dim = (head_dim as f64 * partial) as usize;
-        let ty = params
-            .get("rope_type")
-            .or_else(|| params.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        let original = match num("original_max_position_embeddings") {
-            Some(o) => o,
-            None => self
-                .f64("original_max_position_embeddings")?
-                .unwrap_or(max_pos as f64),
+        let ty = match (get("rope_type"), get("type")) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(self.bad(format!("`{path}.rope_type` = {a} but `{path}.type` = {b}")))
+            }
+            (Some(t), _) | (None, Some(t)) => t
+                .as_str()
+                .ok_or_else(|| self.bad(format!("`{path}.rope_type` is {t}, expected a string")))?,
+            (None, None) => "default",
         };
+        let original = either("original_max_position_embeddings")?.unwrap_or(max_pos as f64);
+        let num = |k: &str| num(k).ok().flatten();
         let need =
             |k: &str| num(k).ok_or_else(|| self.bad(format!("rope scaling `{ty}` lacks `{k}`")));
         let scaling = match ty {
@@ -226,13 +251,12 @@ impl HfConfig {
                     beta_fast: num("beta_fast").unwrap_or(32.0),
                     beta_slow: num("beta_slow").unwrap_or(1.0),
                     attention_factor,
-                    truncate: params.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+                    truncate: get("truncate").and_then(Value::as_bool).unwrap_or(true),
                 })
             }
             "longrope" | "su" => {
                 let list = |k: &str| -> Result<Vec<f64>> {
-                    params
-                        .get(k)
+                    get(k)
                         .and_then(Value::as_array)
                         .and_then(|a| a.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>())
                         .ok_or_else(|| self.bad(format!("rope scaling `{ty}` lacks a numeric `{k}` list")))
@@ -269,44 +293,6 @@ impl HfConfig {
             scaling,
             rotary_dim,
         })
-    }
-
-    /// Refuses a key that changes the math unless the family reads it (`family_keys`).
-    pub(crate) fn check_math_keys(&self, family: &str, family_keys: &[&str]) -> Result<()> {
-        for (key, neutral) in MATH_KEYS {
-            if family_keys.contains(key) {
-                continue;
-            }
-            let Some(v) = self.raw.get(*key) else {
-                continue;
-            };
-            let neutral: Value = serde_json::from_str(neutral).unwrap_or(Value::Null);
-            // Absent, null or the neutral value: the math is Llama's.
-            let same = v.is_null()
-                || match (v, &neutral) {
-                    (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
-                    (Value::Bool(false), Value::Null) => true,
-                    _ => *v == neutral,
-                };
-            if !same {
-                return Err(self.bad(format!(
-                    "`{key}` = {v} changes the model's math and {} models do not have it; refusing rather than ignoring it",
-                    family
-                )));
-            }
-        }
-        if let Some(types) = self.get("layer_types") {
-            let all_full = types
-                .as_array()
-                .is_some_and(|l| l.iter().all(|t| t == "full_attention"));
-            if !all_full && !family_keys.contains(&"layer_types") {
-                return Err(self.bad(format!(
-                    "`layer_types` sets sliding layers and {} models do not have them",
-                    family
-                )));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -5,6 +5,8 @@
 
 pub mod decoder;
 pub mod families;
+pub mod gguf_keys;
+pub mod hf_keys;
 mod mlp;
 pub mod names;
 pub mod read_config;

@@ -46,15 +46,50 @@ pub fn read_untrusted(bytes: &[u8]) -> Result<(ModelConfig, Tokenizer)> {
             file.keep_tensor(name, kept)?;
         }
     }
-    let config = file.model_config()?;
-    let tokenizer = Tokenizer::from_gguf(&file)?;
-    Ok((config, tokenizer))
+    file.read_model()
 }
 
+/// The values of `general.type` that are a model (llama.cpp writes `model`; old files none).
+const MODEL_TYPES: &[&str] = &["model"];
+
+/// The block layout of ggml's quantized types that infer reads (`GGML_QNT_VERSION`).
+const QUANTIZATION_VERSION: u64 = 2;
+
 impl GgufFile {
+    /// The model configuration and tokenizer, with every metadata key accounted for: read, or
+    /// unable to change the result (`model::gguf_keys`).
+    pub fn read_model(&self) -> Result<(ModelConfig, Tokenizer)> {
+        let config = self.model_config()?;
+        let tokenizer = Tokenizer::from_gguf(self)?;
+        self.check_keys(config.family)?;
+        Ok((config, tokenizer))
+    }
+
+    /// What kind of file this is, before anything is read as a model's: `general.type` a model
+    /// and the quantized blocks in the layout infer reads.
+    fn check_file_kind(&self) -> Result<()> {
+        match self.get("general.type") {
+            None => {}
+            Some(v) if v.as_str().is_some_and(|t| MODEL_TYPES.contains(&t)) => {}
+            Some(v) => {
+                return Err(self.bad(format!(
+                    "general.type is {}: not a model (a LoRA adapter or projector is loaded beside its model, not as one)",
+                    v.as_str().map_or_else(|| v.describe(), |t| format!("`{t}`"))
+                )))
+            }
+        }
+        match self.meta_usize("general.quantization_version")? {
+            Some(v) if v as u64 != QUANTIZATION_VERSION => Err(self.bad(format!(
+                "general.quantization_version is {v}: quantized with ggml's older block layout; infer reads version {QUANTIZATION_VERSION} (requantize the model with a current llama-quantize)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Reads the model configuration from the metadata: the common keys here, the family's
     /// own in its `gguf_features`.
-    pub fn model_config(&self) -> Result<ModelConfig> {
+    pub(crate) fn model_config(&self) -> Result<ModelConfig> {
+        self.check_file_kind()?;
         let arch = self
             .get("general.architecture")
             .and_then(|v| v.as_str())
@@ -73,6 +108,10 @@ impl GgufFile {
             None if heads > 0 => hidden / heads,
             None => 0,
         };
+        // Values as wide as keys, and sliding layers' heads as wide as full ones'.
+        self.require_equal("attention.value_length", head_dim, "the key width")?;
+        self.require_equal("attention.key_length_swa", head_dim, "the key width")?;
+        self.require_equal("attention.value_length_swa", head_dim, "the key width")?;
         let vocab = match self.meta_usize(&k("vocab_size"))? {
             Some(v) => v,
             None => self
@@ -89,6 +128,11 @@ impl GgufFile {
                 .meta_usize(&k("rope.dimension_count"))?
                 .unwrap_or(head_dim),
         };
+        self.require_equal(
+            "rope.dimension_count_swa",
+            rope.rotary_dim,
+            "the rotary width",
+        )?;
         let mut config = ModelConfig {
             vocab_size: vocab,
             hidden_size: hidden,
@@ -143,7 +187,6 @@ pub fn parse_hf_config(path: &Path) -> Result<ModelConfig> {
         })
         .unwrap_or_default();
     let spec = registry::by_hf(hf.str("model_type")?, &architectures)?;
-    hf.check_math_keys(spec.name, spec.hf_keys)?;
     let hidden = hf.require_usize("hidden_size")?;
     let heads = hf.require_usize("num_attention_heads")?;
     let head_dim = match hf.usize("head_dim")? {
@@ -170,6 +213,7 @@ pub fn parse_hf_config(path: &Path) -> Result<ModelConfig> {
         features: Features::default(),
     };
     (spec.hf_features)(&hf, &mut config)?;
+    hf.check_keys(spec)?;
     config.validate().map_err(|e| match e {
         InferError::Config(m) => hf.bad(m),
         other => other,

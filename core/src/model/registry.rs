@@ -25,7 +25,7 @@ pub struct FamilySpec {
     /// model classes.
     pub gguf_rope_style: RopeStyle,
     /// config.json keys beyond the common ones that this family reads (its features); any
-    /// other key that changes the math is refused by name (`hf::MATH_KEYS`).
+    /// other key that changes the math is refused by name (`model::hf_keys`).
     pub hf_keys: &'static [&'static str],
     /// Sets the family's features from config.json (the common fields are already read).
     pub hf_features: fn(&HfConfig, &mut ModelConfig) -> Result<()>,
@@ -51,6 +51,7 @@ pub const FAMILIES: &[&FamilySpec] = &[
     &families::phi3::SPEC,
     &families::granite::SPEC,
     &families::olmo2::SPEC,
+    &families::olmo3::SPEC,
     &families::qwen3_moe::SPEC,
     &families::mixtral::SPEC,
     &families::gpt_oss::SPEC,
@@ -103,6 +104,7 @@ impl Family {
             Family::Phi3 => &families::phi3::SPEC,
             Family::Granite => &families::granite::SPEC,
             Family::Olmo2 => &families::olmo2::SPEC,
+            Family::Olmo3 => &families::olmo3::SPEC,
             Family::Qwen3Moe => &families::qwen3_moe::SPEC,
             Family::Mixtral => &families::mixtral::SPEC,
             Family::GptOss => &families::gpt_oss::SPEC,

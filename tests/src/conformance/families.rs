@@ -225,9 +225,11 @@ pub fn check_family<B: Backend + Clone + 'static>(
 ) -> f64 {
     let what = format!("{} {format:?}", case.name);
     let files = case.open(format);
-    // llama.cpp's converter writes Mistral as `llama` (its window then comes from metadata).
+    // llama.cpp's converter writes Mistral as `llama` (its window then comes from metadata)
+    // and OLMo 3 as `olmo2` (with window keys).
     let family = match (case.name.as_str(), format) {
         ("llama3", _) | ("mistral", FamilyFormat::Gguf) => "llama",
+        ("olmo3", FamilyFormat::Gguf) => "olmo2",
         (name, _) => name,
     };
     assert_eq!(files.config.architecture, family, "{what}: family");

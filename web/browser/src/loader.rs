@@ -147,8 +147,8 @@ impl WebLoader {
             .gguf
             .take()
             .ok_or_else(|| js_err("no header parsed yet"))?;
-        let config = gguf.model_config().map_err(js_err)?;
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf).map_err(js_err)?);
+        let (config, tokenizer) = gguf.read_model().map_err(js_err)?;
+        let tokenizer = Arc::new(tokenizer);
         let file_len = gguf.file_len;
         let weights = ModelWeights::new(gguf, &config);
         let has_lm_head = weights.contains(WeightName::LmHead);

@@ -3,6 +3,7 @@
 //! attention and final logits soft-capped (`cap · tanh(x / cap)`), and a sliding window on
 //! every other layer (the first slides).
 
+use super::{gguf_local_rope, gguf_sliding_layers, LayerPattern};
 use crate::config::{Activation, ModelConfig, NormPlacement};
 use crate::error::Result;
 use crate::gguf::GgufFile;
@@ -56,16 +57,15 @@ fn gemma_common(c: &mut ModelConfig, hf_offset: bool) {
 /// The activation a Gemma config names: only the tanh approximation is what these models
 /// were trained with (`gelu_pytorch_tanh`; transformers maps Gemma's plain `gelu` to it too).
 fn hf_activation(hf: &HfConfig) -> Result<()> {
-    let act = match hf.str("hidden_activation")? {
-        Some(a) => Some(a),
-        None => hf.str("hidden_act")?,
-    };
-    match act {
-        None | Some("gelu_pytorch_tanh" | "gelu" | "gelu_fast") => Ok(()),
-        Some(other) => Err(hf.bad(format!(
-            "hidden_activation `{other}` (Gemma runs gelu_pytorch_tanh)"
-        ))),
+    for key in ["hidden_activation", "hidden_act"] {
+        match hf.str(key)? {
+            None | Some("gelu_pytorch_tanh" | "gelu" | "gelu_fast") => {}
+            Some(other) => {
+                return Err(hf.bad(format!("{key} `{other}` (Gemma runs gelu_pytorch_tanh)")))
+            }
+        }
     }
+    Ok(())
 }
 
 /// `query_pre_attn_scalar^-½`, or `1/√head_dim` without one.
@@ -79,21 +79,28 @@ fn hf_attention_scale(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
 
 /// llama.cpp stores no `query_pre_attn_scalar`: like it, take hidden/heads for the 27B shapes
 /// (46 layers for Gemma 2, 62 for Gemma 3), whose scalar is that, and `head_dim` otherwise.
-fn gguf_attention_scale(c: &mut ModelConfig, big_layers: usize) {
-    let scalar = if c.num_layers == big_layers {
-        c.hidden_size / c.num_heads
+fn gguf_attention_scale(g: &GgufFile, c: &mut ModelConfig, big_layers: usize) {
+    let (scalar, why) = if c.num_layers == big_layers {
+        (
+            c.hidden_size / c.num_heads,
+            "hidden/heads, this being the 27B shape",
+        )
     } else {
-        c.head_dim
+        (c.head_dim, "head_dim")
     };
+    g.assume(format!(
+        "GGUF has no query_pre_attn_scalar: scaling attention by {why} ({scalar})^-1/2, as llama.cpp does"
+    ));
     c.features.attention_scale = Some(1.0 / (scalar as f32).sqrt());
 }
 
 /// Everything a Gemma config.json says (Gemma 3 adds its q/k norms and local RoPE): layers
-/// slide as `layer_types` says, or by `default_layers` without it.
+/// slide as `layer_types` says, or by `default_layers` without it (which may read the
+/// family's older pattern key).
 pub(crate) fn hf_gemma(
     hf: &HfConfig,
     c: &mut ModelConfig,
-    default_layers: fn(usize) -> Vec<bool>,
+    default_layers: &dyn Fn(usize) -> Result<Vec<bool>>,
 ) -> Result<()> {
     gemma_common(c, true);
     hf_activation(hf)?;
@@ -102,35 +109,35 @@ pub(crate) fn hf_gemma(
     c.features.attn_logit_softcap = f64_f32(hf.f64("attn_logit_softcapping")?);
     c.features.final_logit_softcap = f64_f32(hf.f64("final_logit_softcapping")?);
     c.features.sliding_window = hf.usize("sliding_window")?;
+    let default = default_layers(c.num_layers)?;
     if c.features.sliding_window.is_some() {
-        c.features.sliding_layers = match hf.sliding_layers(c.num_layers)? {
-            Some(l) => l,
-            None => default_layers(c.num_layers),
-        };
+        c.features.sliding_layers = hf.sliding_layers(c.num_layers)?.unwrap_or(default);
     }
     Ok(())
 }
 
-/// Everything a Gemma GGUF says: llama.cpp writes no layer pattern, so layers slide by
-/// `default_layers` unless the file carries `attention.sliding_window_pattern`.
-pub(crate) fn gguf_gemma(
-    g: &GgufFile,
-    c: &mut ModelConfig,
-    big_layers: usize,
-    default_layers: fn(usize) -> Vec<bool>,
-) -> Result<()> {
+/// What every Gemma GGUF says: the block, the attention scale, the final soft-cap.
+pub(crate) fn gguf_gemma(g: &GgufFile, c: &mut ModelConfig, big_layers: usize) -> Result<()> {
     gemma_common(c, false);
-    gguf_attention_scale(c, big_layers);
-    c.features.attn_logit_softcap = g.arch_f64("attn_logit_softcapping")?.map(f32_of);
+    gguf_attention_scale(g, c, big_layers);
     c.features.final_logit_softcap = g.arch_f64("final_logit_softcapping")?.map(f32_of);
-    c.features.sliding_window = g.sliding_window()?;
-    if c.features.sliding_window.is_some() {
-        c.features.sliding_layers = match g.sliding_window_pattern(c.num_layers)? {
-            Some(l) => l,
-            None => default_layers(c.num_layers),
-        };
-    }
     Ok(())
+}
+
+/// A Gemma 2 value llama.cpp assumes when the file lacks it.
+fn gemma2_default<T: std::fmt::Display + Copy>(
+    g: &GgufFile,
+    key: &str,
+    read: Option<T>,
+    default: T,
+) -> T {
+    read.unwrap_or_else(|| {
+        g.assume(format!(
+            "GGUF has no `{}`: taking {default}, Gemma 2's and llama.cpp's default",
+            g.arch_key(key)
+        ));
+        default
+    })
 }
 
 /// Even layers slide, odd ones attend to everything.
@@ -138,10 +145,32 @@ fn alternate(n: usize) -> Vec<bool> {
     (0..n).map(|i| i % 2 == 0).collect()
 }
 
+const EVERY_OTHER_LAYER: LayerPattern = LayerPattern {
+    describe: "every other layer slides, the first among them",
+    layers: alternate,
+};
+
 fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
-    hf_gemma(hf, c, alternate)
+    hf_gemma(hf, c, &|n| Ok(alternate(n)))
 }
 
+/// llama.cpp's reading of a Gemma 2 file: soft-caps of 50 and 30 and a 4096 window where the
+/// file is silent (the converter writes all three), every other layer sliding.
 fn gguf_features(g: &GgufFile, c: &mut ModelConfig) -> Result<()> {
-    gguf_gemma(g, c, 46, alternate)
+    gguf_gemma(g, c, 46)?;
+    let attn_cap = g.arch_f64("attn_logit_softcapping")?;
+    let attn_cap = gemma2_default(g, "attn_logit_softcapping", attn_cap, 50.0);
+    c.features.attn_logit_softcap = Some(f32_of(attn_cap));
+    let final_cap = c.features.final_logit_softcap;
+    c.features.final_logit_softcap = Some(gemma2_default(
+        g,
+        "final_logit_softcapping",
+        final_cap,
+        30.0,
+    ));
+    let window = g.sliding_window()?;
+    c.features.sliding_window = Some(gemma2_default(g, "attention.sliding_window", window, 4096));
+    gguf_sliding_layers(g, c, Some(&EVERY_OTHER_LAYER))?;
+    let theta = c.rope.theta;
+    gguf_local_rope(g, c, theta, true)
 }

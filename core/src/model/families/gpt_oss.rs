@@ -6,7 +6,7 @@
 //! 2·ff]`, gate and up interleaved); llama.cpp's converter splits them, and real GGUFs keep
 //! them in MXFP4.
 
-use super::{gguf_moe, hf_moe, hf_window};
+use super::{gguf_local_rope, gguf_moe, gguf_window, hf_moe, hf_window, LayerPattern};
 use crate::config::{Activation, ModelConfig, MoeScoring};
 use crate::error::Result;
 use crate::gguf::GgufFile;
@@ -33,6 +33,10 @@ pub const SPEC: FamilySpec = FamilySpec {
         "sliding_window",
         "layer_types",
         "num_local_experts",
+        "num_experts_per_tok",
+        "swiglu_alpha",
+        "swiglu_limit",
+        "quantization_config",
     ],
     hf_features,
     gguf_features,
@@ -60,6 +64,11 @@ pub const SPEC: FamilySpec = FamilySpec {
     },
 };
 
+const EVEN_LAYERS_SLIDE: LayerPattern = LayerPattern {
+    describe: "the even layers slide",
+    layers: |n| (0..n).map(|l| l % 2 == 0).collect(),
+};
+
 fn common(c: &mut ModelConfig) {
     c.attention_bias = true;
     c.features.o_bias = true;
@@ -68,6 +77,9 @@ fn common(c: &mut ModelConfig) {
 
 fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     common(c);
+    if hf.bool("attention_bias")? == Some(false) {
+        return Err(hf.bad("`attention_bias` = false: gpt-oss's projections carry biases"));
+    }
     if hf.get("quantization_config").is_some() {
         return Err(hf.bad(
             "quantized safetensors (`quantization_config`, MXFP4 experts) are not read yet: use the model's GGUF, or a checkpoint with dense weights",
@@ -86,9 +98,9 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
 
 fn gguf_features(gguf: &GgufFile, c: &mut ModelConfig) -> Result<()> {
     common(c);
-    // llama.cpp slides the even layers (its swa pattern 2), as transformers' `layer_types`.
-    c.features.sliding_window = gguf.sliding_window()?;
-    c.features.sliding_layers = (0..c.num_layers).map(|l| l % 2 == 0).collect();
+    // llama.cpp slides the even layers without a pattern (its period 2), as transformers'
+    // `layer_types`; both layer kinds rotate alike unless the file gives sliding ones a θ.
+    gguf_window(gguf, c, Some(&EVEN_LAYERS_SLIDE))?;
     let mut moe = gguf_moe(gguf, c, MoeScoring::TopKSoftmax)?;
     moe.biases = true;
     c.features.moe = Some(moe);
@@ -101,5 +113,6 @@ fn gguf_features(gguf: &GgufFile, c: &mut ModelConfig) -> Result<()> {
     if let Some(RopeScaling::Yarn { truncate, .. }) = &mut c.rope.scaling {
         *truncate = false;
     }
-    Ok(())
+    let theta = c.rope.theta;
+    gguf_local_rope(gguf, c, theta, true)
 }

@@ -23,7 +23,8 @@ pub const SPEC: FamilySpec = FamilySpec {
     names: TensorNames::LLAMA,
 };
 
+/// A window on every layer unless the file names a pattern (llama.cpp's `llama` reads
+/// neither key and runs such a file unwindowed; transformers' Mistral slides every layer).
 pub(crate) fn gguf_features(gguf: &GgufFile, c: &mut ModelConfig) -> Result<()> {
-    c.features.sliding_window = gguf.sliding_window()?;
-    Ok(())
+    super::gguf_window(gguf, c, None)
 }

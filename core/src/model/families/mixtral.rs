@@ -21,7 +21,12 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_architectures: &["MixtralForCausalLM"],
     gguf_archs: &["mixtral"],
     gguf_rope_style: RopeStyle::AdjacentPairs,
-    hf_keys: &["sliding_window", "num_local_experts"],
+    hf_keys: &[
+        "sliding_window",
+        "layer_types",
+        "num_local_experts",
+        "num_experts_per_tok",
+    ],
     hf_features,
     gguf_features,
     names: TensorNames {
@@ -50,7 +55,7 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
 }
 
 fn gguf_features(gguf: &GgufFile, c: &mut ModelConfig) -> Result<()> {
-    c.features.sliding_window = gguf.sliding_window()?;
+    super::gguf_window(gguf, c, None)?;
     c.features.moe = Some(gguf_moe(gguf, c, SCORING)?);
     Ok(())
 }

@@ -28,7 +28,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     },
 };
 
+/// The window on every layer, as transformers runs Phi-3 (llama.cpp disables Phi's window).
 fn gguf_features(g: &GgufFile, c: &mut ModelConfig) -> Result<()> {
-    c.features.sliding_window = g.sliding_window()?;
-    Ok(())
+    super::gguf_window(g, c, None)
 }

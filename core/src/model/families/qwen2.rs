@@ -16,13 +16,13 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_architectures: &["Qwen2ForCausalLM"],
     gguf_archs: &["qwen2"],
     gguf_rope_style: RopeStyle::HalfSplit,
-    hf_keys: &["sliding_window", "max_window_layers"],
+    hf_keys: &["use_sliding_window", "sliding_window", "max_window_layers"],
     hf_features,
     gguf_features: super::no_gguf_features,
     names: TensorNames::LLAMA,
 };
 
-fn hf_features(_: &HfConfig, c: &mut ModelConfig) -> Result<()> {
+fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     c.attention_bias = true;
-    Ok(())
+    super::hf_qwen_window(hf)
 }

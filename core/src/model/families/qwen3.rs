@@ -16,15 +16,15 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_architectures: &["Qwen3ForCausalLM"],
     gguf_archs: &["qwen3"],
     gguf_rope_style: RopeStyle::HalfSplit,
-    hf_keys: &["sliding_window", "max_window_layers"],
+    hf_keys: &["use_sliding_window", "sliding_window", "max_window_layers"],
     hf_features,
     gguf_features,
     names: TensorNames::LLAMA,
 };
 
-fn hf_features(_: &HfConfig, c: &mut ModelConfig) -> Result<()> {
+fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     c.features.qk_norm = Some(QkNorm::PerHead);
-    Ok(())
+    super::hf_qwen_window(hf)
 }
 
 fn gguf_features(_: &GgufFile, c: &mut ModelConfig) -> Result<()> {

@@ -21,10 +21,16 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_rope_style: RopeStyle::HalfSplit,
     // Released configs say `num_experts`; transformers 5 writes `num_local_experts`.
     hf_keys: &[
+        "use_sliding_window",
         "sliding_window",
         "max_window_layers",
         "num_experts",
         "num_local_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "norm_topk_prob",
+        "decoder_sparse_step",
+        "mlp_only_layers",
     ],
     hf_features,
     gguf_features,
@@ -33,6 +39,7 @@ pub const SPEC: FamilySpec = FamilySpec {
 
 fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     c.features.qk_norm = Some(QkNorm::PerHead);
+    super::hf_qwen_window(hf)?;
     let renormalize = hf.bool("norm_topk_prob")?.unwrap_or(false);
     let experts_key = match (hf.usize("num_experts")?, hf.usize("num_local_experts")?) {
         (Some(a), Some(b)) if a != b => {
@@ -77,14 +84,26 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
     Ok(())
 }
 
-/// llama.cpp runs every layer routed and always renormalises the top-k weights for this
-/// architecture (its converter keeps neither `norm_topk_prob` nor dense layers).
+/// llama.cpp runs every layer routed and renormalises the top-k weights for this architecture
+/// (its converter keeps neither `norm_topk_prob` nor dense layers); a file that says
+/// `expert_weights_norm` is taken at its word.
 fn gguf_features(gguf: &GgufFile, c: &mut ModelConfig) -> Result<()> {
     c.features.qk_norm = Some(QkNorm::PerHead);
-    c.features.moe = Some(gguf_moe(
-        gguf,
-        c,
-        MoeScoring::SoftmaxTopK { renormalize: true },
-    )?);
+    let key = gguf.arch_key("expert_weights_norm");
+    let renormalize = match gguf.get(&key) {
+        Some(v) => v.as_bool().ok_or_else(|| {
+            gguf.bad(format!(
+                "metadata `{key}` is {}, expected true or false",
+                v.describe()
+            ))
+        })?,
+        None => {
+            gguf.assume(format!(
+                "GGUF has no `{key}` (norm_topk_prob): renormalizing each token's top-k expert weights, as llama.cpp does"
+            ));
+            true
+        }
+    };
+    c.features.moe = Some(gguf_moe(gguf, c, MoeScoring::SoftmaxTopK { renormalize })?);
     Ok(())
 }

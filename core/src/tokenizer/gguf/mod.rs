@@ -98,6 +98,19 @@ fn byte_level_bpe(
         .get("tokenizer.ggml.pre")
         .and_then(|v| v.as_str())
         .unwrap_or("default");
+    // llama.cpp prepends no space to byte-level BPE text whatever this says; a file asking for
+    // one asks for something neither runs.
+    if g.get("tokenizer.ggml.add_space_prefix")
+        .and_then(GgufValue::as_bool)
+        == Some(true)
+    {
+        return Err(tok_err(
+            g,
+            "`tokenizer.ggml.add_space_prefix` is true for a byte-level BPE vocabulary (llama.cpp ignores it there; infer does not guess)".into(),
+        ));
+    }
+    // Byte-level BPE ranks by its merge list; llama.cpp keeps any scores unused.
+    g.get("tokenizer.ggml.scores");
     let split = |pattern: &str| -> Result<PreTokenizerWrapper> {
         let s = Split::new(
             SplitPattern::Regex(pattern.into()),
@@ -155,6 +168,12 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
         .and_then(|i| tokens.get(i as usize))
         .map(|t| t.to_string());
     // llama.cpp adds a BOS by default for SentencePiece models only.
+    // SentencePiece ranks by score and splits no text before it: llama.cpp reads neither
+    // merges nor a pre-tokenizer for it.
+    if model == "llama" {
+        g.get("tokenizer.ggml.merges");
+        g.get("tokenizer.ggml.pre");
+    }
     let (mut tk, default_add_bos) = match model {
         "gpt2" => (byte_level_bpe(g, &tokens, unk)?, false),
         "llama" => (spm::build(g, &tokens, unk)?, true),
@@ -192,17 +211,57 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
         .get("tokenizer.ggml.add_bos_token")
         .and_then(GgufValue::as_bool)
         .unwrap_or(default_add_bos);
-    if let (true, Some(bos)) = (add_bos, bos) {
-        let bos_text = tokens
-            .get(bos as usize)
-            .ok_or_else(|| tok_err(g, format!("bos id {bos} outside the vocab")))?;
+    // llama.cpp appends the EOS token to every tokenized prompt when the file asks (some
+    // embedding models are trained so).
+    let add_eos = g
+        .get("tokenizer.ggml.add_eos_token")
+        .and_then(GgufValue::as_bool)
+        .unwrap_or(false);
+    let eos = token_id("tokenizer.ggml.eos_token_id");
+    let text_of = |what: &str, id: Option<u32>| -> Result<String> {
+        let id = id.ok_or_else(|| tok_err(g, format!("add_{what}_token without a {what} id")))?;
+        tokens
+            .get(id as usize)
+            .map(|t| t.to_string())
+            .ok_or_else(|| tok_err(g, format!("{what} id {id} outside the vocab")))
+    };
+    let bos_text = if add_bos && bos.is_some() {
+        Some(text_of("bos", bos)?)
+    } else {
+        None
+    };
+    let eos_text = if add_eos {
+        Some(text_of("eos", eos)?)
+    } else {
+        None
+    };
+    if bos_text.is_some() || eos_text.is_some() {
+        let mut special = Vec::new();
+        let (mut single, mut pair) = (Vec::new(), Vec::new());
+        if let (Some(t), Some(id)) = (&bos_text, bos) {
+            special.push((t.clone(), id));
+            single.push(t.clone());
+        }
+        single.push("$A".to_string());
+        if let (Some(t), Some(id)) = (&eos_text, eos) {
+            if !special.iter().any(|(_, i)| *i == id) {
+                special.push((t.clone(), id));
+            }
+            single.push(t.clone());
+        }
+        pair.extend(single.iter().cloned());
+        pair.extend(
+            single
+                .iter()
+                .map(|p| if p == "$A" { "$B".into() } else { p.clone() }),
+        );
         let post = TemplateProcessing::builder()
-            .try_single(format!("{bos_text} $A"))
-            .and_then(|b| b.try_pair(format!("{bos_text} $A {bos_text} $B")))
-            .map_err(|e| tok_err(g, format!("bos template: {e}")))?
-            .special_tokens(vec![(bos_text.to_string(), bos)])
+            .try_single(single.join(" "))
+            .and_then(|b| b.try_pair(pair.join(" ")))
+            .map_err(|e| tok_err(g, format!("bos/eos template: {e}")))?
+            .special_tokens(special)
             .build()
-            .map_err(|e| tok_err(g, format!("bos template: {e}")))?;
+            .map_err(|e| tok_err(g, format!("bos/eos template: {e}")))?;
         tk.with_post_processor(Some(post));
     }
 

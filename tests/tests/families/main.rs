@@ -1,6 +1,10 @@
 //! Every supported family against transformers on the CPU backend, from its HF directory and
 //! its llama.cpp-converted GGUF (`scripts/family_models.py`): log-probabilities over the whole
 //! vocabulary within 1e-4 and greedy tokens equal, alone and batched under preemption.
+//! `metadata_keys`: every key of either format read or refused (issue 58), in the same binary
+//! (one link fewer).
+
+mod metadata_keys;
 
 use infer_cpu::CpuBackend;
 use infer_tests::conformance::families::{

@@ -1,0 +1,296 @@
+//! The table: every metadata key of llama.cpp's loader (`src/llama-arch.cpp`, LLM_KV_NAMES)
+//! and gguf-py (`gguf/constants.py`, `Keys`) in the 0.3.36 sdist, and what infer does with it.
+//! One row a key; `scripts/check_gguf_keys.py` parses these rows, so keep each a call of
+//! `read`, `read_by`, `unread` or `inert` with the key as its first argument.
+
+use super::{KeyRule, Neutral, Readers};
+use crate::config::Family::{self, *};
+
+const fn read(key: &'static str) -> KeyRule {
+    KeyRule {
+        key,
+        readers: Readers::All,
+        inert: false,
+        neutral: Neutral::None,
+        note: "",
+    }
+}
+
+/// Read by `families`; in any other family's file refused unless `neutral`.
+const fn read_by(
+    key: &'static str,
+    families: &'static [Family],
+    neutral: Neutral,
+    note: &'static str,
+) -> KeyRule {
+    KeyRule {
+        key,
+        readers: Readers::Some(families),
+        inert: false,
+        neutral,
+        note,
+    }
+}
+
+/// Read by no family: refused unless `neutral`; `note` says what infer computes without it.
+const fn unread(key: &'static str, neutral: Neutral, note: &'static str) -> KeyRule {
+    KeyRule {
+        key,
+        readers: Readers::None,
+        inert: false,
+        neutral,
+        note,
+    }
+}
+
+/// Cannot change the result; `why` says why.
+const fn inert(key: &'static str, why: &'static str) -> KeyRule {
+    KeyRule {
+        key,
+        readers: Readers::None,
+        inert: true,
+        neutral: Neutral::None,
+        note: why,
+    }
+}
+
+use Neutral::{Bool, Floats, Ints};
+const NONE: Neutral = Neutral::None;
+
+/// Families whose layers may attend within a window (GGUF `attention.sliding_window`). OLMo 3's
+/// GGUF is arch `olmo2` with a window, read by the OLMo 2 family as llama.cpp reads it.
+const WINDOWED: &[Family] = &[Llama, Mistral, Mixtral, Phi3, Gemma2, Gemma3, Olmo2, GptOss];
+/// Families whose sliding layers may rotate at their own θ.
+const LOCAL_ROPE: &[Family] = &[Gemma2, Gemma3, Olmo2, GptOss];
+const MOE: &[Family] = &[Qwen3Moe, Mixtral, GptOss];
+const GEMMA: &[Family] = &[Gemma2, Gemma3];
+
+/// Keys after `{arch}.`.
+#[rustfmt::skip]
+pub const ARCH_KEYS: &[KeyRule] = &[
+    // Shapes and norms: the common loader (`GgufFile::model_config`).
+    read("vocab_size"),
+    read("context_length"),
+    read("embedding_length"),
+    read("block_count"),
+    read("feed_forward_length"),
+    read("attention.head_count"),
+    read("attention.head_count_kv"),
+    read("attention.key_length"),
+    read("attention.value_length"),
+    read("attention.key_length_swa"),
+    read("attention.value_length_swa"),
+    read("attention.layer_norm_rms_epsilon"),
+    read("expert_count"),
+    // RoPE: the common loader (`GgufFile::rope_scaling`).
+    read("rope.freq_base"),
+    read("rope.dimension_count"),
+    read("rope.dimension_count_swa"),
+    read("rope.scaling.type"),
+    read("rope.scaling.factor"),
+    read("rope.scale_linear"),
+    read("rope.scaling.original_context_length"),
+    read("rope.scaling.attn_factor"),
+    read("rope.scaling.yarn_attn_factor"),
+    read("rope.scaling.yarn_beta_fast"),
+    read("rope.scaling.yarn_beta_slow"),
+    unread("rope.scaling.yarn_ext_factor", Floats(&[1.0]), "YaRN's full ramp (factor 1)"),
+    unread("rope.scaling.yarn_log_multiplier", Floats(&[0.0]), "YaRN's attention factor 0.1·ln(s) + 1"),
+    unread("rope.scaling.alpha", Floats(&[0.0]), "no NTK-aware α"),
+    read_by("rope.scaling.finetuned", &[Granite], Bool(true), "RoPE on every layer"),
+    read_by("rope.freq_base_swa", LOCAL_ROPE, NONE, "sliding layers rotate at rope.freq_base"),
+    unread("rope.dimension_sections", NONE, "one rotary position a token (no M-RoPE)"),
+    // Families' own.
+    read_by("attention.sliding_window", WINDOWED, Ints(&[0]), "every layer attends to the whole context"),
+    read_by("attention.sliding_window_pattern", WINDOWED, NONE, "every layer attends to the whole context"),
+    read_by("attention.scale", &[Granite], NONE, "softmax scale 1/√head_dim"),
+    read_by("attn_logit_softcapping", &[Gemma2], Floats(&[0.0]), "attention scores not soft-capped"),
+    read_by("final_logit_softcapping", GEMMA, Floats(&[0.0]), "logits not soft-capped"),
+    read_by("logit_scale", &[Granite], Floats(&[1.0]), "logits unscaled"),
+    read_by("residual_scale", &[Granite], Floats(&[1.0]), "residual branches unscaled"),
+    read_by("embedding_scale", &[Granite], Floats(&[1.0]), "embeddings unscaled"),
+    read_by("expert_used_count", MOE, Ints(&[0]), "a dense MLP"),
+    read_by("expert_feed_forward_length", MOE, NONE, "a dense MLP"),
+    read_by("expert_gating_func", MOE, Ints(&[0]), "a dense MLP"),
+    read_by("expert_weights_norm", MOE, NONE, "a dense MLP"),
+    unread("expert_weights_scale", Floats(&[0.0, 1.0]), "routing weights unscaled"),
+    unread("expert_shared_count", Ints(&[0]), "no shared experts"),
+    unread("expert_shared_feed_forward_length", Ints(&[0]), "no shared experts"),
+    unread("expert_chunk_feed_forward_length", Ints(&[0]), "no chunked experts"),
+    unread("expert_group_count", Ints(&[0, 1]), "experts routed without groups"),
+    unread("expert_group_used_count", Ints(&[0, 1]), "experts routed without groups"),
+    unread("expert_group_scale", NONE, "experts routed without groups"),
+    unread("experts_per_group", NONE, "experts routed without groups"),
+    unread("expert_latent_length", NONE, "experts over the hidden state itself"),
+    unread("moe_every_n_layers", Ints(&[0, 1]), "every MoE layer routed"),
+    unread("moe_latent_size", Ints(&[0]), "experts over the hidden state itself"),
+    unread("leading_dense_block_count", Ints(&[0]), "every MoE layer routed"),
+    unread("interleave_moe_layer_step", Ints(&[0, 1]), "every MoE layer routed"),
+    unread("router_logit_softcapping", NONE, "router logits not soft-capped"),
+    unread("swiglu_clamp_exp", NONE, "the family's own MLP activation"),
+    unread("swiglu_clamp_shexp", NONE, "the family's own MLP activation"),
+    unread("nextn_predict_layers", Ints(&[0]), "every block a decoder layer (no MTP layers)"),
+    // Attention variants no family runs.
+    unread("attention.causal", Bool(true), "causal attention"),
+    unread("attention.max_alibi_bias", Floats(&[0.0]), "no ALiBi bias"),
+    unread("attention.clamp_kqv", Floats(&[0.0]), "q, k and v unclamped"),
+    unread("attention.layer_norm_epsilon", NONE, "RMSNorm, not LayerNorm"),
+    unread("attention.group_norm_epsilon", NONE, "no group norm"),
+    unread("attention.group_norm_groups", NONE, "no group norm"),
+    unread("attention.q_lora_rank", Ints(&[0]), "full-rank q (no latent attention)"),
+    unread("attention.kv_lora_rank", Ints(&[0]), "full-rank k and v (no latent attention)"),
+    unread("attention.kv_lora_rank_swa", Ints(&[0]), "full-rank k and v (no latent attention)"),
+    unread("attention.key_length_mla", NONE, "no latent attention"),
+    unread("attention.value_length_mla", NONE, "no latent attention"),
+    unread("attention.key_length_mla_swa", NONE, "no latent attention"),
+    unread("attention.value_length_mla_swa", NONE, "no latent attention"),
+    unread("attention.decay_lora_rank", NONE, "attention, not RWKV time mixing"),
+    unread("attention.iclr_lora_rank", NONE, "attention, not RWKV time mixing"),
+    unread("attention.value_residual_mix_lora_rank", NONE, "attention, not RWKV time mixing"),
+    unread("attention.gate_lora_rank", NONE, "attention, not RWKV time mixing"),
+    unread("attention.relative_buckets_count", NONE, "no relative position buckets"),
+    unread("attention.rope_pattern", NONE, "RoPE on every layer (no NoPE layers)"),
+    unread("attention.output_scale", Floats(&[1.0]), "attention output unscaled"),
+    unread("attention.value_scale", Floats(&[1.0]), "values unscaled"),
+    unread("attention.temperature_length", NONE, "no attention temperature tuning"),
+    unread("attention.temperature_scale", Floats(&[0.0]), "no attention temperature tuning"),
+    unread("attention.indexer.", NONE, "dense attention (no sparse indexer)"),
+    unread("attention.output_group_count", NONE, "one output projection"),
+    unread("attention.output_lora_rank", NONE, "a full-rank output projection"),
+    unread("attention.compress_rope_freq_base", NONE, "no compressed attention"),
+    unread("attention.compress_ratios", NONE, "no compressed attention"),
+    unread("attention.shared_kv_layers", Ints(&[0]), "every layer keeps its own KV"),
+    unread("attention.recurrent_layers", NONE, "every layer attends (no recurrent layers)"),
+    // Block variants no family runs.
+    unread("embedding_length_out", NONE, "output width = embedding_length"),
+    unread("embedding_length_per_layer_input", NONE, "no per-layer embeddings"),
+    unread("features_length", NONE, "a text decoder"),
+    unread("use_parallel_residual", Bool(false), "sequential attention then MLP"),
+    unread("tensor_data_layout", NONE, "llama.cpp's own tensor layout"),
+    unread("hidden_activation", NONE, "the family's own MLP activation"),
+    unread("activation.", NONE, "the family's own MLP activation"),
+    unread("activation_sparsity_scale", NONE, "dense activations"),
+    unread("attn_res.block_size", NONE, "no attention residual blocks"),
+    unread("n_deepstack_layers", Ints(&[0]), "no deepstack inputs"),
+    unread("deepstack_mapping", NONE, "no deepstack inputs"),
+    unread("pooling_type", Ints(&[0, 3]), "last-token pooling when run as an embedder"),
+    unread("decoder_start_token_id", NONE, "a decoder-only model"),
+    unread("decoder_block_count", NONE, "a decoder-only model"),
+    unread("swin_norm", Bool(false), "pre-norm blocks"),
+    unread("rescale_every_n_layers", Ints(&[0]), "no rescaling"),
+    unread("time_mix_extra_dim", NONE, "attention, not RWKV"),
+    unread("time_decay_extra_dim", NONE, "attention, not RWKV"),
+    unread("token_shift_count", NONE, "attention, not RWKV"),
+    unread("wkv.head_size", NONE, "attention, not RWKV"),
+    unread("full_attention_interval", NONE, "every layer attends (no linear attention)"),
+    unread("num_loops", Ints(&[0, 1]), "each layer run once"),
+    unread("skip_loop_final_norm", NONE, "each layer run once"),
+    unread("hrm.", NONE, "a plain layer stack"),
+    unread("hyper_connection.", NONE, "a single residual stream"),
+    unread("altup.", NONE, "a single residual stream"),
+    unread("ple.", NONE, "no per-layer embeddings"),
+    unread("hash_layer_count", NONE, "no hashed layers"),
+    unread("ssm.", NONE, "attention layers only (no state-space layers)"),
+    unread("kda.", NONE, "attention layers only (no delta attention)"),
+    unread("shortconv.l_cache", NONE, "attention layers only (no short convolutions)"),
+    unread("posnet.", NONE, "a text decoder"),
+    unread("convnext.", NONE, "a text decoder"),
+    unread("classifier.", NONE, "a language-model head"),
+    unread("adapters.", NONE, "no built-in adapters"),
+    unread("target_layers", NONE, "a full model, not a draft head"),
+    unread("target_hidden_size", NONE, "a full model, not a draft head"),
+    unread("norm_before_residual", NONE, "a full model, not a draft head"),
+    unread("norm_before_fc", NONE, "a full model, not a draft head"),
+    unread("block_size", NONE, "a full model, not a draft head"),
+    unread("conv_kernel_size", NONE, "a full model, not a draft head"),
+    unread("conv_group_size", NONE, "a full model, not a draft head"),
+    unread("selector_rank", NONE, "a full model, not a draft head"),
+    unread("selector_top_k", NONE, "a full model, not a draft head"),
+    unread("sample_from_anchor", NONE, "a full model, not a draft head"),
+    unread("has_confidence_head", NONE, "a full model, not a draft head"),
+    unread("dense_2_feat_in", NONE, "no dense layers after the stack"),
+    unread("dense_2_feat_out", NONE, "no dense layers after the stack"),
+    unread("dense_3_feat_in", NONE, "no dense layers after the stack"),
+    unread("dense_3_feat_out", NONE, "no dense layers after the stack"),
+];
+
+/// Keys outside the architecture's namespace, whole (a trailing `.` matches a prefix).
+#[rustfmt::skip]
+pub const GLOBAL_KEYS: &[KeyRule] = &[
+    read("general.architecture"),
+    read("general.type"),
+    read("general.quantization_version"),
+    inert("general.alignment", "the data section's alignment, applied by the reader"),
+    inert("general.file_type", "a label; each tensor's own type is what is read"),
+    unread("general.tensor_extra.", NONE, "each tensor computed at its stored precision"),
+    inert("general.sampling.", "sampling defaults: infer serve --generation-config auto applies them"),
+    inert("general.name", "a name"),
+    inert("general.author", "authorship"),
+    inert("general.version", "a version label"),
+    inert("general.organization", "authorship"),
+    inert("general.finetune", "a name"),
+    inert("general.basename", "a name"),
+    inert("general.description", "a description"),
+    inert("general.quantized_by", "authorship"),
+    inert("general.size_label", "a label"),
+    inert("general.license", "a licence"),
+    inert("general.license.", "a licence"),
+    inert("general.url", "provenance"),
+    inert("general.doi", "provenance"),
+    inert("general.uuid", "provenance"),
+    inert("general.repo_url", "provenance"),
+    inert("general.source.", "provenance"),
+    inert("general.base_model.", "provenance"),
+    inert("general.dataset.", "provenance"),
+    inert("general.tags", "a label"),
+    inert("general.languages", "a label"),
+    inert("quantize.imatrix.", "how the file was quantized (llama-quantize's record)"),
+    inert("imatrix.", "an importance matrix's record"),
+    unread("split.count", Ints(&[0, 1]), "one file holds every tensor (merge a split model with llama-gguf-split --merge)"),
+    unread("split.no", Ints(&[0]), "the first of the split files"),
+    inert("split.tensors.count", "a count; each tensor is looked up by name"),
+    unread("adapter.", NONE, "a model, not a LoRA adapter"),
+    unread("clip.", NONE, "a language model, not a vision or audio projector"),
+    unread("xielu.", NONE, "the family's own MLP activation"),
+    unread("diffusion.", NONE, "an autoregressive model"),
+    // The tokenizer (`tokenizer::gguf`).
+    read("tokenizer.ggml.model"),
+    read("tokenizer.ggml.pre"),
+    read("tokenizer.ggml.tokens"),
+    read("tokenizer.ggml.token_type"),
+    read("tokenizer.ggml.scores"),
+    read("tokenizer.ggml.merges"),
+    read("tokenizer.ggml.bos_token_id"),
+    read("tokenizer.ggml.eos_token_id"),
+    read("tokenizer.ggml.eot_token_id"),
+    read("tokenizer.ggml.eom_token_id"),
+    read("tokenizer.ggml.unknown_token_id"),
+    read("tokenizer.ggml.add_bos_token"),
+    read("tokenizer.ggml.add_eos_token"),
+    read("tokenizer.ggml.add_space_prefix"),
+    read("tokenizer.chat_template"),
+    inert("tokenizer.chat_template.", "named alternative templates; the default one is applied"),
+    inert("tokenizer.chat_templates", "the names of alternative templates"),
+    inert("tokenizer.ggml.token_type_count", "BERT's segment types"),
+    inert("tokenizer.ggml.padding_token_id", "generation never pads"),
+    inert("tokenizer.ggml.seperator_token_id", "encoders' separator; nothing inserts it"),
+    inert("tokenizer.ggml.cls_token_id", "encoders' class token; nothing inserts it"),
+    inert("tokenizer.ggml.mask_token_id", "masked-LM's mask; nothing inserts it"),
+    inert("tokenizer.ggml.fim_pre_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.fim_suf_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.fim_mid_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.fim_pad_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.fim_rep_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.fim_sep_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.prefix_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.suffix_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.ggml.middle_token_id", "fill-in-the-middle ids; nothing inserts them"),
+    inert("tokenizer.huggingface.json", "llama.cpp and infer build the tokenizer from tokenizer.ggml.*"),
+    unread("tokenizer.ggml.add_sep_token", Bool(false), "no separator appended to the prompt"),
+    unread("tokenizer.ggml.remove_extra_whitespaces", Bool(false), "whitespace kept as written"),
+    unread("tokenizer.ggml.precompiled_charsmap", NONE, "text not normalized by a charsmap"),
+    unread("tokenizer.ggml.normalizer.lowercase", Bool(false), "text not lowercased"),
+    unread("tokenizer.ggml.normalizer.strip_accents", Bool(false), "accents kept"),
+    unread("tokenizer.ggml.suppress_tokens", NONE, "no token suppressed"),
+    unread("tokenizer.rwkv.world", NONE, "a byte-level BPE or SentencePiece vocabulary"),
+];
