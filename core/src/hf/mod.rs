@@ -222,9 +222,9 @@ impl HfConfig {
             (None, None) => "default",
         };
         let original = either("original_max_position_embeddings")?.unwrap_or(max_pos as f64);
-        let num = |k: &str| num(k).ok().flatten();
-        let need =
-            |k: &str| num(k).ok_or_else(|| self.bad(format!("rope scaling `{ty}` lacks `{k}`")));
+        let need = |k: &str| -> Result<f64> {
+            num(k)?.ok_or_else(|| self.bad(format!("rope scaling `{ty}` lacks `{k}`")))
+        };
         let scaling = match ty {
             "default" => None,
             "linear" => Some(RopeScaling::Linear {
@@ -237,8 +237,8 @@ impl HfConfig {
                 original_max_position_embeddings: original,
             }),
             "yarn" => {
-                let factor = num("factor").unwrap_or(max_pos as f64 / original);
-                let attention_factor = match (num("attention_factor"), num("mscale"), num("mscale_all_dim")) {
+                let factor = num("factor")?.unwrap_or(max_pos as f64 / original);
+                let attention_factor = match (num("attention_factor")?, num("mscale")?, num("mscale_all_dim")?) {
                     (Some(a), _, _) => a,
                     (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
                         yarn_mscale(factor, m) / yarn_mscale(factor, all)
@@ -248,10 +248,15 @@ impl HfConfig {
                 Some(RopeScaling::Yarn {
                     factor,
                     original_max_position_embeddings: original,
-                    beta_fast: num("beta_fast").unwrap_or(32.0),
-                    beta_slow: num("beta_slow").unwrap_or(1.0),
+                    beta_fast: num("beta_fast")?.unwrap_or(32.0),
+                    beta_slow: num("beta_slow")?.unwrap_or(1.0),
                     attention_factor,
-                    truncate: get("truncate").and_then(Value::as_bool).unwrap_or(true),
+                    truncate: match get("truncate") {
+                        None => true,
+                        Some(v) => v.as_bool().ok_or_else(|| {
+                            self.bad(format!("`{path}.truncate` is {v}, expected true or false"))
+                        })?,
+                    },
                 })
             }
             "longrope" | "su" => {
@@ -273,12 +278,12 @@ impl HfConfig {
                         )))
                     }
                 };
-                let factor = num("factor").unwrap_or(max_pos as f64 / original.max(1) as f64);
+                let factor = num("factor")?.unwrap_or(max_pos as f64 / original.max(1) as f64);
                 Some(RopeScaling::LongRope {
                     short_factor: list("short_factor")?,
                     long_factor: list("long_factor")?,
                     original_max_position_embeddings: original,
-                    attention_factor: num("attention_factor")
+                    attention_factor: num("attention_factor")?
                         .unwrap_or_else(|| longrope_attention_factor(factor, original)),
                 })
             }

@@ -75,7 +75,7 @@ pub const INERT: &[(&str, &str)] = &[
     ("interpolate_factor", "Phi-4-mini's; transformers' Phi-3 does not read it"),
     ("experts_per_token", "OpenAI's name; transformers reads num_experts_per_tok"),
     ("initial_context_length", "OpenAI's name; transformers reads the RoPE parameters"),
-    ("max_length", "a generation default; generation_config.json's are applied"),
+    ("max_length", "transformers' generate() length; servers take max_new_tokens"),
     ("temperature", "a generation default; infer serve applies it (generation config)"),
     ("top_p", "a generation default; infer serve applies it (generation config)"),
     ("top_k", "a generation default; infer serve applies it (generation config)"),

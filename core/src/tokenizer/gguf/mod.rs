@@ -167,13 +167,13 @@ pub(super) fn build(g: &GgufFile) -> Result<GgufTokenizerParts> {
     let unk = token_id("tokenizer.ggml.unknown_token_id")
         .and_then(|i| tokens.get(i as usize))
         .map(|t| t.to_string());
-    // llama.cpp adds a BOS by default for SentencePiece models only.
     // SentencePiece ranks by score and splits no text before it: llama.cpp reads neither
     // merges nor a pre-tokenizer for it.
     if model == "llama" {
         g.get("tokenizer.ggml.merges");
         g.get("tokenizer.ggml.pre");
     }
+    // llama.cpp adds a BOS by default for SentencePiece models only.
     let (mut tk, default_add_bos) = match model {
         "gpt2" => (byte_level_bpe(g, &tokens, unk)?, false),
         "llama" => (spm::build(g, &tokens, unk)?, true),
