@@ -270,15 +270,9 @@ fn generation_source(model: &str, flag: &str) -> Result<GenerationSource> {
             if path.is_file() && path.extension().is_some_and(|e| e == "json") {
                 return Ok(GenerationSource::Json(path.to_path_buf()));
             }
-            let location = if path.is_dir() {
-                infer_core::hub::ModelLocation::HfDir(path.to_path_buf())
-            } else if path.is_file() {
-                infer_core::hub::ModelLocation::Gguf(path.to_path_buf())
-            } else {
-                match infer_core::hub::resolve(model) {
-                    Ok(location) => location,
-                    Err(_) => return Ok(GenerationSource::None),
-                }
+            // Unresolvable: loading the model reports it.
+            let Ok(location) = infer_core::hub::resolve(model) else {
+                return Ok(GenerationSource::None);
             };
             Ok(match location {
                 infer_core::hub::ModelLocation::Gguf(f) => GenerationSource::Gguf(f),

@@ -104,6 +104,20 @@ impl GgufFile {
         self.meta_f64(&self.arch_key(key))
     }
 
+    /// `{arch}.{key}` as true or false, if present.
+    pub fn arch_bool(&self, key: &str) -> Result<Option<bool>> {
+        let key = self.arch_key(key);
+        match self.get(&key) {
+            None => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| {
+                self.bad(format!(
+                    "metadata `{key}` is {}, expected true or false",
+                    v.describe()
+                ))
+            }),
+        }
+    }
+
     /// `{arch}.attention.sliding_window`, with `0` meaning none (as llama.cpp writes Phi-4).
     pub fn sliding_window(&self) -> Result<Option<usize>> {
         Ok(self

@@ -54,11 +54,23 @@ impl GgufValue {
         }
     }
 
+    /// Any integer type, negative ones included.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            GgufValue::I8(v) => Some(v.into()),
+            GgufValue::I16(v) => Some(v.into()),
+            GgufValue::I32(v) => Some(v.into()),
+            GgufValue::I64(v) => Some(v),
+            _ => self.as_u64().and_then(|v| i64::try_from(v).ok()),
+        }
+    }
+
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
             GgufValue::F32(v) => Some(v.into()),
             GgufValue::F64(v) => Some(v),
-            _ => self.as_u64().map(|v| v as f64),
+            GgufValue::U64(v) => Some(v as f64),
+            _ => self.as_i64().map(|v| v as f64),
         }
     }
 

@@ -25,10 +25,9 @@ impl GgufFile {
         for (name, hf) in FOLLOWED {
             let value = match *hf {
                 // An integer in the file (llama.cpp writes top_k as i32).
-                "top_k" => self.get(&key(name)).map(|v| match v {
-                    super::GgufValue::I32(k) => Value::from(*k),
-                    other => other.as_u64().map_or(Value::Null, Value::from),
-                }),
+                "top_k" => self
+                    .get(&key(name))
+                    .map(|v| v.as_i64().map_or(Value::Null, Value::from)),
                 _ => self
                     .meta_f64(&key(name))?
                     .map(|v| serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)),
@@ -47,7 +46,7 @@ impl GgufFile {
         let mirostat = number("mirostat")?.unwrap_or(0.0);
         let xtc = number("xtc_probability")?.unwrap_or(0.0);
         let penalty = number("penalty_repeat")?.unwrap_or(1.0);
-        // llama.cpp: -1 is the whole context, which is vLLM's (and infer's) reach.
+        // llama.cpp: -1 (an i32) is the whole context, which is vLLM's (and infer's) reach.
         let last_n = number("penalty_last_n")?.unwrap_or(-1.0);
         let refuse = |k: &str, why: &str| {
             Err(self.bad(format!(

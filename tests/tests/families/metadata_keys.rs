@@ -379,3 +379,29 @@ fn the_tables_are_consistent() {
         assert!(seen.insert(*key), "config key `{key}` twice");
     }
 }
+
+/// `general.sampling.*` as the converter writes them (top_k and penalty_last_n as i32, -1 for
+/// the whole context) become a generation config; a window the sampler cannot follow is refused.
+#[test]
+fn gguf_sampling_recommendations_read_as_a_generation_config() {
+    let ggufs = family_ggufs();
+    let (path, meta) = &ggufs["qwen3"];
+    let mut g = GgufFile::open(std::path::Path::new(path)).unwrap();
+    g.metadata = meta.clone();
+    for (k, v) in [
+        ("temp", GgufValue::F32(0.5)),
+        ("top_k", GgufValue::I32(20)),
+        ("penalty_repeat", GgufValue::F32(1.25)),
+        ("penalty_last_n", GgufValue::I32(-1)),
+    ] {
+        g.metadata.insert(format!("general.sampling.{k}"), v);
+    }
+    let config = g.sampling_defaults().unwrap();
+    assert_eq!(config["temperature"], json!(0.5));
+    assert_eq!(config["top_k"], json!(20));
+    assert_eq!(config["repetition_penalty"], json!(1.25));
+    g.metadata
+        .insert("general.sampling.penalty_last_n".into(), GgufValue::I32(64));
+    let err = g.sampling_defaults().unwrap_err().to_string();
+    assert!(err.contains("general.sampling.penalty_last_n"), "{err}");
+}

@@ -55,14 +55,11 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
 
 fn gguf_features(g: &GgufFile, c: &mut ModelConfig) -> Result<()> {
     // llama.cpp's Granite turns RoPE off on every layer when this is false (a NoPE model).
-    let key = g.arch_key("rope.scaling.finetuned");
-    if let Some(v) = g.get(&key) {
-        if v.as_bool() != Some(true) {
-            return Err(g.bad(format!(
-                "metadata `{key}` = {}: a Granite without RoPE is not supported",
-                v.describe()
-            )));
-        }
+    if g.arch_bool("rope.scaling.finetuned")? == Some(false) {
+        return Err(g.bad(format!(
+            "metadata `{}` = false: a Granite without RoPE is not supported",
+            g.arch_key("rope.scaling.finetuned")
+        )));
     }
     let (emb, res) = (
         g.arch_f64("embedding_scale")?,

@@ -159,18 +159,7 @@ pub(crate) fn gguf_moe(gguf: &GgufFile, c: &ModelConfig, scoring: MoeScoring) ->
             gguf.arch_key("expert_gating_func")
         )));
     }
-    let norm = gguf
-        .get(&gguf.arch_key("expert_weights_norm"))
-        .map(|v| {
-            v.as_bool().ok_or_else(|| {
-                gguf.bad(format!(
-                    "metadata `{}` is {}, expected true or false",
-                    gguf.arch_key("expert_weights_norm"),
-                    v.describe()
-                ))
-            })
-        })
-        .transpose()?;
+    let norm = gguf.arch_bool("expert_weights_norm")?;
     if let (Some(n), MoeScoring::SoftmaxTopK { renormalize }) = (norm, scoring) {
         if n != renormalize {
             return Err(gguf.bad(format!(

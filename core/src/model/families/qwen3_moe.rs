@@ -89,15 +89,10 @@ fn hf_features(hf: &HfConfig, c: &mut ModelConfig) -> Result<()> {
 /// `expert_weights_norm` is taken at its word.
 fn gguf_features(gguf: &GgufFile, c: &mut ModelConfig) -> Result<()> {
     c.features.qk_norm = Some(QkNorm::PerHead);
-    let key = gguf.arch_key("expert_weights_norm");
-    let renormalize = match gguf.get(&key) {
-        Some(v) => v.as_bool().ok_or_else(|| {
-            gguf.bad(format!(
-                "metadata `{key}` is {}, expected true or false",
-                v.describe()
-            ))
-        })?,
+    let renormalize = match gguf.arch_bool("expert_weights_norm")? {
+        Some(norm) => norm,
         None => {
+            let key = gguf.arch_key("expert_weights_norm");
             gguf.assume(format!(
                 "GGUF has no `{key}` (norm_topk_prob): renormalizing each token's top-k expert weights, as llama.cpp does"
             ));
